@@ -1,0 +1,76 @@
+"""Golden values for the window rules and the three coverage metrics, worked out by hand."""
+
+import pytest
+import torch
+
+from aah_core.errors import InvalidWindowPlan
+from aah_core.windows import (
+    acr,
+    causal_coverage,
+    check_head_windows,
+    pair_count,
+    plan_to_json,
+    tile_coverage,
+    validate_plan,
+    window_fractions,
+)
+
+
+def test_validate_normalises_full_and_large_windows():
+    plan = validate_plan([[None, 4], [300, 1]], n_layer=2, n_head=2, seq_len=256)
+    assert plan.tolist() == [[256, 4], [256, 1]]
+    assert plan_to_json(plan, 256) == [[None, 4], [None, 1]]
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ([[0, 4], [4, 4]], "layer 0, head 0: window 0"),
+        ([[4, 4], [4, -3]], "layer 1, head 1: window -3"),
+        ([[4, 2.5], [4, 4]], "layer 0, head 1: got 2.5"),
+        ([[4, "8"], [4, 4]], "layer 0, head 1: got '8'"),
+        ([[4, True], [4, 4]], "layer 0, head 1: got True"),
+        ([[4, 4]], "list of 2 layers"),
+        ([[4, 4], [4]], "layer 1: expected 2 windows"),
+        ("full", "list of 2 layers"),
+    ],
+)
+def test_validate_refuses_bad_plans_naming_the_place(raw, message):
+    with pytest.raises(InvalidWindowPlan, match=message):
+        validate_plan(raw, n_layer=2, n_head=2, seq_len=256)
+
+
+def test_pair_count_by_hand():
+    # T=4: w=1 -> 4 pairs (the diagonal); w=2 -> 4 + 3 = 7; w=4 (full) -> 10 = T(T+1)/2
+    assert [pair_count(w, 4) for w in (1, 2, 3, 4, 9)] == [4, 7, 9, 10, 10]
+
+
+def test_acr_and_causal_coverage_by_hand():
+    plan = torch.tensor([[1, 2], [4, 8]])  # T=4
+    assert acr(plan, 4) == pytest.approx((1 / 4 + 2 / 4 + 1 + 1) / 4)
+    assert causal_coverage(plan, 4) == pytest.approx((4 + 7 + 10 + 10) / 40)
+
+
+def test_tile_coverage_by_hand():
+    # T=512, b=128 -> 4 blocks, 10 causal tiles. w=1 touches the 4 diagonal tiles;
+    # w=129 also touches the 3 first off-diagonal tiles (closest pair distance 1 <= 128);
+    # w=130: distance of the 2nd off-diagonal's closest pair is 129 <= 129 -> 2 more.
+    assert tile_coverage(torch.tensor([[1]]), 512) == pytest.approx(4 / 10)
+    assert tile_coverage(torch.tensor([[2]]), 512) == pytest.approx(7 / 10)
+    assert tile_coverage(torch.tensor([[129]]), 512) == pytest.approx(7 / 10)
+    assert tile_coverage(torch.tensor([[130]]), 512) == pytest.approx(9 / 10)
+    assert tile_coverage(torch.tensor([[512, 1]]), 512) == pytest.approx((10 + 4) / 20)
+    # T not a multiple of b: T=200 -> 2 blocks, 3 tiles
+    assert tile_coverage(torch.tensor([[1]]), 200) == pytest.approx(2 / 3)
+
+
+def test_window_fractions():
+    plan = torch.tensor([[4, 4], [256, 16]])
+    assert window_fractions(plan, [4, 16, 64, 256], 256) == {"4": 0.5, "16": 0.25, "64": 0.0, "full": 0.25}
+
+
+@pytest.mark.parametrize("windows, message", [([1, 2], "got 2 windows for 3 heads"), ([1, 0, 2], "head 1"),
+                                              ([1, None, 2], "head 1: got None"), ("abc", "sequence")])
+def test_head_windows_errors(windows, message):
+    with pytest.raises(InvalidWindowPlan, match=message):
+        check_head_windows(windows, 3)
