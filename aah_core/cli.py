@@ -1,0 +1,118 @@
+"""The `aah` command: train, eval, presets, bench, serve."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from aah_core.errors import AAHError
+
+
+def _parse_sets(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise AAHError(f"--set expects key=value (e.g. train.lr=1e-3); got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from aah_core.config import apply_overrides
+    from aah_core.presets import get_preset
+    from aah_core.train import JsonlSink, ProgressBar, train
+
+    config = apply_overrides(get_preset(args.preset), _parse_sets(args.set))
+    out = Path(args.out or f"runs/{config.preset}")
+    callbacks = [JsonlSink(out.parent / f"{out.name}.metrics.jsonl")]
+    if not args.quiet:
+        callbacks.append(ProgressBar())
+    result = train(config, out, callbacks, resume=args.resume)
+    print(f"{result.status} at step {result.step}: checkpoint {result.checkpoint}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from aah_core.checkpoint import load_checkpoint
+    from aah_core.evaluate import evaluate_loss, make_eval_batch
+    from aah_core.windows import coverage_metrics, validate_plan
+
+    ckpt = load_checkpoint(args.checkpoint)
+    m = ckpt.config.model
+    plan = ckpt.plan
+    if args.windows:
+        try:
+            raw = json.loads(Path(args.windows).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise AAHError(f"--windows {args.windows}: cannot read a JSON plan ({exc.__class__.__name__}: {exc})") from None
+        raw = raw.get("windows", raw) if isinstance(raw, dict) else raw
+        plan = validate_plan(raw, m.n_layer, m.n_head, m.seq_len)
+    batch = make_eval_batch(ckpt.config, args.eval_set, args.n_seq)
+    loss = evaluate_loss(ckpt.model, batch, plan)
+    cov = coverage_metrics(plan, m.seq_len)
+    print(f"loss {loss:.6f}  acr {cov['acr']:.4f}  causal_coverage {cov['causal_coverage']:.4f}  "
+          f"tile_coverage {cov['tile_coverage']:.4f}  ({args.eval_set}, {args.n_seq} sequences)")
+    return 0
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from aah_core.presets import PRESETS
+
+    width = max(map(len, PRESETS))
+    for name, preset in sorted(PRESETS.items(), key=lambda kv: (kv[1].group, kv[0])):
+        print(f"{name:<{width}}  [{preset.group}] {preset.description}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import runpy
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    if not bench.is_dir():
+        raise AAHError("the bench/ folder is not available (run from a source checkout)")
+    sys.path.insert(0, str(bench.parent))
+    runpy.run_module("bench.run_all", run_name="__main__")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aah", description="AAH Studio: per-head attention windows.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train a model from a preset")
+    p.add_argument("--preset", required=True, help="preset name (see `aah presets`)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. train.lr=1e-3")
+    p.add_argument("--out", help="checkpoint directory (default runs/<preset>)")
+    p.add_argument("--resume", help="checkpoint directory to resume from")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+    p = sub.add_parser("eval", help="print the loss and coverage of a checkpoint under a window plan")
+    p.add_argument("checkpoint")
+    p.add_argument("--windows", help="JSON plan file: [[w, ...], ...] or {\"windows\": ...}; null = full")
+    p.add_argument("--eval-set", default="mixed", choices=["mixed", "text", "copy"])
+    p.add_argument("--n-seq", type=int, default=4, help="evaluation sequences (default 4)")
+    p.set_defaults(func=cmd_eval)
+    p = sub.add_parser("presets", help="list the presets")
+    p.set_defaults(func=cmd_presets)
+    p = sub.add_parser("bench", help="run the benchmarks in bench/ (writes bench/results/)")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (AAHError, ValueError) as exc:
+        print(f"aah {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"aah {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Synthetic long-range tasks with a known dependency distance.
+
+- copy: a random span of S characters repeated to fill the sequence; every token at
+  position >= S is predictable from the token exactly S positions earlier (distance S).
+- recall: key-value pairs, then the keys again in a new order; each value must be recalled
+  from where its key appeared (distance = gap between the two occurrences).
+Only answer positions carry targets; the rest are -1 (ignored), so the loss on these
+sequences measures long-range ability alone. Chance is ln(alphabet size).
+"""
+
+from __future__ import annotations
+
+import math
+import string
+
+import torch
+
+from aah_core.data.tokenizers import Tokenizer
+
+ALNUM = string.ascii_letters + string.digits  # 62 characters
+KEYS = string.ascii_letters  # 52 recall keys
+VALUES = string.digits
+
+
+def _ids(tokenizer: Tokenizer, chars: str) -> torch.Tensor:
+    ids = [tokenizer.encode(c) for c in chars]
+    if any(len(i) != 1 for i in ids):
+        raise ValueError("synthetic tasks need every alphabet character to be a single token")
+    return torch.tensor([i[0] for i in ids], dtype=torch.long)
+
+
+def copy_chance() -> float:
+    return math.log(len(ALNUM))
+
+
+def copy_sequences(
+    tokenizer: Tokenizer, n: int, seq_len: int, min_span: int, max_span: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n copy sequences: x, y [n, T] (y = -1 off the answers) and the span S of each [n]."""
+    alphabet = _ids(tokenizer, ALNUM)
+    spans = torch.randint(min_span, max_span + 1, (n,), generator=gen)
+    seqs = torch.empty(n, seq_len + 1, dtype=torch.long)
+    y_mask = torch.zeros(n, seq_len, dtype=torch.bool)
+    for i, s in enumerate(spans.tolist()):
+        span = alphabet[torch.randint(len(alphabet), (s,), generator=gen)]
+        seqs[i] = span.repeat(math.ceil((seq_len + 1) / s))[: seq_len + 1]
+        y_mask[i, s - 1 :] = True  # target at t is token t+1, an answer when t+1 >= s
+    y = seqs[:, 1:].masked_fill(~y_mask, -1)
+    return seqs[:, :-1], y, spans
+
+
+def recall_sequences(
+    tokenizer: Tokenizer, n: int, seq_len: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n recall sequences 'Kv Kv ... | K?' : x, y [n, T] and the mean key-to-query distance [n]."""
+    keys, values, bar = _ids(tokenizer, KEYS), _ids(tokenizer, VALUES), _ids(tokenizer, "|")
+    n_pairs = min(len(KEYS), (seq_len - 1) // 4)
+    x = torch.empty(n, seq_len + 1, dtype=torch.long)
+    y_mask = torch.zeros(n, seq_len, dtype=torch.bool)
+    distances = torch.empty(n)
+    for i in range(n):
+        order = torch.randperm(len(KEYS), generator=gen)[:n_pairs]
+        vals = values[torch.randint(len(VALUES), (n_pairs,), generator=gen)]
+        pairs = torch.stack((keys[order], vals), dim=1).flatten()  # K v K v ...
+        query_order = torch.randperm(n_pairs, generator=gen)
+        queries = torch.stack((keys[order[query_order]], vals[query_order]), dim=1).flatten()
+        seq = torch.cat((pairs, bar, queries))
+        seq = torch.cat((seq, bar.repeat(seq_len + 1 - len(seq))))[: seq_len + 1]
+        x[i] = seq
+        start = 2 * n_pairs + 1
+        answer_pos = start + 2 * torch.arange(n_pairs) + 1  # positions of recalled values
+        answer_pos = answer_pos[answer_pos <= seq_len]
+        y_mask[i, answer_pos - 1] = True
+        distances[i] = (answer_pos - (2 * query_order[: len(answer_pos)] + 1)).float().mean()
+    y = x[:, 1:].masked_fill(~y_mask, -1)
+    return x[:, :-1], y, distances

@@ -1,0 +1,72 @@
+"""Loss evaluation under a window plan, and prefix-cached re-evaluation after an edit.
+
+The residual stream entering layer l depends only on plan rows < l, so after an edit
+whose first changed layer is L the evaluator reuses the cached residual entering L and
+recomputes layers >= L only. The cache follows the latest plan evaluated.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from aah_core.config import RunConfig
+from aah_core.data import DataStream, EvalBatch
+from aah_core.model import WindowedGPT, token_losses
+
+
+def make_eval_batch(config: RunConfig, eval_set: str = "mixed", n_seq: int = 4) -> EvalBatch:
+    """The fixed evaluation batch of a run config: the same sequences every call."""
+    return DataStream(config.data, config.model.seq_len).eval_batch(eval_set, n_seq)
+
+
+def _mean_loss(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    return float(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1))
+
+
+@torch.no_grad()
+def evaluate_loss(model: WindowedGPT, batch: EvalBatch, plan: torch.Tensor | None = None, backend: str = "auto") -> float:
+    """Mean cross-entropy over the batch's target tokens under `plan` (default: the model's own)."""
+    plan = model.plan if plan is None else plan
+    logits = model.logits(model.run_layers(model.embed(batch.idx), plan, backend=backend))
+    return _mean_loss(logits, batch.targets)
+
+
+class PrefixCachedEvaluator:
+    """Evaluates many plans on one fixed batch, recomputing only from the first edited layer."""
+
+    def __init__(self, model: WindowedGPT, batch: EvalBatch, backend: str = "auto") -> None:
+        self.model = model.eval()
+        self.batch = batch
+        self.backend = backend
+        self._plan: torch.Tensor | None = None
+        self._residuals: list[torch.Tensor] = []  # residual entering each layer under self._plan
+        self._final: torch.Tensor | None = None
+        self.layers_recomputed = 0  # of the last call, for tests and benchmarks
+
+    def first_changed_layer(self, plan: torch.Tensor) -> int:
+        """The first layer whose row differs from the cached plan (n_layer if none)."""
+        if self._plan is None:
+            return 0
+        changed = (plan != self._plan).any(dim=1).nonzero()
+        return int(changed[0]) if len(changed) else self.model.config.n_layer
+
+    @torch.no_grad()
+    def final_residual(self, plan: torch.Tensor) -> torch.Tensor:
+        start = self.first_changed_layer(plan)
+        if start == self.model.config.n_layer and self._final is not None:
+            self.layers_recomputed = 0
+            return self._final
+        x = self.model.embed(self.batch.idx) if start == 0 else self._residuals[start]
+        residuals = self._residuals[:start]
+        self._final = self.model.run_layers(x, plan, start=start, backend=self.backend, residuals=residuals)
+        self._residuals, self._plan = residuals, plan.clone()
+        self.layers_recomputed = self.model.config.n_layer - start
+        return self._final
+
+    def loss(self, plan: torch.Tensor) -> float:
+        return _mean_loss(self.model.logits(self.final_residual(plan)), self.batch.targets)
+
+    def token_losses(self, plan: torch.Tensor) -> torch.Tensor:
+        """Per-token losses [B, T] (0 where the target is ignored)."""
+        return token_losses(self.model.logits(self.final_residual(plan)), self.batch.targets)

@@ -1,0 +1,192 @@
+"""A decoder-only pre-LN Transformer whose attention takes a per-head window plan.
+
+Reading order follows nanoGPT: rotary helper -> attention -> MLP -> Block -> WindowedGPT.
+The plan is an integer tensor [n_layer, n_head]; layer l's attention gets row l.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from aah_core.attention import windowed_attention
+from aah_core.attention.reference import attention_probs as reference_probs
+from aah_core.config import ModelConfig
+from aah_core.windows import full_plan
+
+# observer(layer, q, k, v, y): sees each layer's per-head tensors [B, H, T, D] (controller features)
+Observer = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (RoFormer): rotate channel pairs by position-dependent angles."""
+
+    def __init__(self, head_dim: int, seq_len: int, base: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+        angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv_freq)  # (T, D/2)
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [B, H, T, D] -> same shape, rotated."""
+        T = x.shape[-2]
+        cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
+        x1, x2 = x[..., 0::2], x[..., 1::2]  # (B, H, T, D/2) each
+        rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, H, T, D/2, 2)
+        return rotated.flatten(-2)
+
+
+class WindowedSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.n_head = cfg.n_head
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.dropout = cfg.dropout
+        self.resid_drop = nn.Dropout(cfg.dropout)
+        self.rotary = Rotary(cfg.d_model // cfg.n_head, cfg.seq_len, cfg.rope_base) if cfg.positions == "rope" else None
+        self.observer: Observer | None = None
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x: [B, T, C] -> q, k, v each [B, H, T, D] (rotary applied to q and k)."""
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor, windows: tuple[int, ...], backend: str) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.heads(x)
+        p = self.dropout if self.training else 0.0
+        y = windowed_attention(q, k, v, windows, backend=backend, dropout_p=p)  # (B, H, T, D)
+        if self.observer is not None:
+            self.observer(self.layer, q, k, v, y)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        return self.resid_drop(self.proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, cfg.mlp_ratio * cfg.d_model)
+        self.proj = nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = WindowedSelfAttention(cfg, layer)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, windows: tuple[int, ...], backend: str) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), windows, backend)
+        return x + self.mlp(self.ln2(x))
+
+
+class WindowedGPT(nn.Module):
+    """GPT with a per-head window plan. `self.plan` [n_layer, n_head] is the model's own plan."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.seq_len, cfg.d_model) if cfg.positions == "learned" else None
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied
+        self.register_buffer("plan", full_plan(cfg.n_layer, cfg.n_head, cfg.seq_len), persistent=False)
+        self.apply(self._init_weights)
+        # residual projections scaled by 1/sqrt(2 n_layer) (GPT-2); the paper's default init started at loss ~62
+        for name, p in self.named_parameters():
+            if name.endswith("attn.proj.weight") or name.endswith("mlp.proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def buckets(self) -> list[int]:
+        """The window choices of this model, full written as seq_len."""
+        return self.config.bucket_windows
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def set_plan(self, plan: torch.Tensor) -> None:
+        """Replace the model's own plan ([n_layer, n_head] integers, already validated)."""
+        if tuple(plan.shape) != tuple(self.plan.shape):
+            raise ValueError(f"plan shape {tuple(plan.shape)} != {tuple(self.plan.shape)}")
+        self.plan.copy_(plan.clamp(max=self.config.seq_len))
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """idx: [B, T] token ids -> the residual stream entering layer 0, [B, T, C]."""
+        T = idx.shape[1]
+        if T > self.config.seq_len:
+            raise ValueError(f"sequence length {T} exceeds model.seq_len={self.config.seq_len}")
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(T, device=idx.device))
+        return self.drop(x)
+
+    def run_layers(
+        self, x: torch.Tensor, plan: torch.Tensor, start: int = 0, end: int | None = None, backend: str = "auto",
+        residuals: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Run blocks start..end-1 on residual x [B, T, C]; appends each block's input to `residuals`."""
+        windows = plan.tolist()
+        for layer in range(start, self.config.n_layer if end is None else end):
+            if residuals is not None:
+                residuals.append(x)
+            x = self.blocks[layer](x, tuple(windows[layer]), backend)
+        return x
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final residual [B, T, C] -> logits [B, T, V]."""
+        return self.lm_head(self.ln_f(x))
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, plan: torch.Tensor | None = None,
+        backend: str = "auto",
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """idx, targets: [B, T] (targets -1 are ignored). Returns (logits [B, T, V], mean loss or None)."""
+        plan = self.plan if plan is None else plan
+        logits = self.logits(self.run_layers(self.embed(idx), plan, backend=backend))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
+        return logits, loss
+
+    @torch.no_grad()
+    def attention_probs(self, idx: torch.Tensor, plan: torch.Tensor, layer: int) -> torch.Tensor:
+        """Per-head attention probabilities of `layer` under `plan`, via the reference path: [B, H, T, T]."""
+        x = self.run_layers(self.embed(idx), plan, end=layer)
+        q, k, _ = self.blocks[layer].attn.heads(self.blocks[layer].ln1(x))
+        return reference_probs(q, k, tuple(plan[layer].tolist()))
+
+
+def token_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-token cross-entropy [B, T]; positions with target -1 are 0."""
+    losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1, reduction="none")
+    return losses.view_as(targets)
