@@ -1,0 +1,255 @@
+"""`ApiClient`: one method per endpoint of docs/api.md, returning the server's JSON as plain dicts.
+
+Usage from a notebook::
+
+    from aah_client import ApiClient
+    api = ApiClient("http://127.0.0.1:8000")
+    model = api.models()[0]
+    plan = api.model_windows(model["id"])["windows"]
+    plan[0][0] = 16
+    result = api.evaluate(model["id"], plan, per_token=True)
+    print(result["loss"], result["delta"], result["causal_coverage"])
+
+Errors: an HTTP error response raises `ApiError(status, detail)` carrying the server's `detail`;
+a server that cannot be reached (refused connection, DNS failure, timeout) raises `ServiceUnavailable`,
+a subclass of `ApiError` with `status=None`, so callers may catch `ApiError` alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import httpx
+
+logger = logging.getLogger(__name__)
+
+Window = int | None
+Plan = list[list[Window]]
+"""A window plan: one list per layer, one entry per head; `None` means full causal attention."""
+
+Json = dict[str, Any]
+EvalSet = Literal["mixed", "text", "copy"]
+Agg = Literal["last", "min", "max", "at_step"]
+API_PREFIX = "/api/v1"
+
+
+class ApiError(Exception):
+    """The server answered with an error status (or, for `ServiceUnavailable`, not at all)."""
+
+    def __init__(self, status: int | None, detail: str) -> None:
+        super().__init__(f"{status}: {detail}" if status is not None else detail)
+        self.status = status
+        self.detail = detail
+
+
+class ServiceUnavailable(ApiError):
+    """The API could not be reached: not running, wrong `AAH_API_URL`, or it timed out."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(None, detail)
+
+
+def _detail(response: httpx.Response) -> str:
+    """The server's human-readable `detail`, or a short fallback when the body is not our JSON."""
+    try:
+        body = response.json()
+    except ValueError:
+        text = response.text.strip()
+        return text[:300] or response.reason_phrase or "no detail"
+    detail = body.get("detail") if isinstance(body, dict) else None
+    if isinstance(detail, str):
+        return detail
+    if isinstance(detail, list):  # FastAPI's default validation shape: [{"loc": [...], "msg": ...}]
+        parts = []
+        for item in detail:
+            if isinstance(item, dict):
+                loc = ".".join(str(x) for x in item.get("loc", []) if x != "body")
+                parts.append(f"{loc}: {item.get('msg', '')}".strip(": "))
+        return "; ".join(parts) or str(detail)
+    return str(body)[:300]
+
+
+def _clean(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+class ApiClient:
+    """Typed access to the AAH Studio API.
+
+    Args:
+        base_url: where the service listens, e.g. ``http://127.0.0.1:8000`` (the ``/api/v1`` prefix is added).
+        token: sent as ``Authorization: Bearer <token>`` when given (needed for POST/DELETE when the
+            server sets ``AAH_API_TOKEN``).
+        timeout: seconds per request.
+        transport: an httpx transport, for tests (``httpx.MockTransport``).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=self.base_url + API_PREFIX, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ApiClient({self.base_url!r})"
+
+    # -- transport ---------------------------------------------------------------------------------
+    def _request(self, method: str, path: str, *, params: dict | None = None, json: Any = None) -> Any:
+        try:
+            response = self._http.request(method, path, params=_clean(params or {}), json=json)
+        except httpx.TimeoutException as exc:
+            raise ServiceUnavailable(f"the API at {self.base_url} timed out ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            raise ServiceUnavailable(f"cannot reach the API at {self.base_url}: {exc}") from exc
+        if response.is_error:
+            raise ApiError(response.status_code, _detail(response))
+        if response.status_code == 204 or not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ApiError(response.status_code, f"the API sent a non-JSON answer to {method} {path}") from exc
+
+    def _get(self, path: str, **params: Any) -> Any:
+        return self._request("GET", path, params=params)
+
+    def _post(self, path: str, body: Any) -> Any:
+        return self._request("POST", path, json=body)
+
+    # -- health, models, presets ---------------------------------------------------------------------
+    def health(self) -> Json:
+        return self._get("/health")
+
+    def models(self) -> list[Json]:
+        return self._get("/models")
+
+    def model(self, model_id: str) -> Json:
+        return self._get(f"/models/{model_id}")
+
+    def model_windows(self, model_id: str) -> Json:
+        """The model's own plan with its `acr`, `causal_coverage` and `tile_coverage`."""
+        return self._get(f"/models/{model_id}/windows")
+
+    def model_texts(self, model_id: str) -> list[Json]:
+        return self._get(f"/models/{model_id}/texts")
+
+    def presets(self) -> list[Json]:
+        return self._get("/presets")
+
+    # -- live evaluation and diagnostics -------------------------------------------------------------
+    def evaluate(
+        self, model_id: str, windows: Plan, eval_set: EvalSet = "mixed", per_token: bool = False
+    ) -> Json:
+        body = {"windows": windows, "eval_set": eval_set, "per_token": per_token}
+        return self._post(f"/models/{model_id}/evaluate", body)
+
+    def attention(
+        self,
+        model_id: str,
+        layer: int,
+        head: int,
+        text_id: str | None = None,
+        window: int | None = None,
+        text: str | None = None,
+    ) -> Json:
+        """One head's full and windowed attention maps (GET for bundled texts, POST for free text)."""
+        if text is not None:
+            body = {"layer": layer, "head": head, "text": text, "text_id": None, "window": window}
+            return self._post(f"/models/{model_id}/attention", body)
+        return self._get(f"/models/{model_id}/attention", layer=layer, head=head, text_id=text_id, window=window)
+
+    def retained_mass(self, model_id: str, text_id: str | None = None) -> Json:
+        return self._get(f"/models/{model_id}/retained-mass", text_id=text_id)
+
+    def sensitivity(self, model_id: str, eval_set: EvalSet = "mixed") -> Json:
+        return self._get(f"/models/{model_id}/sensitivity", eval_set=eval_set)
+
+    def allocate(
+        self, model_id: str, budget: float, metric: str = "causal_coverage", eval_set: EvalSet = "mixed"
+    ) -> Json:
+        body = {"budget": budget, "metric": metric, "eval_set": eval_set}
+        return self._post(f"/models/{model_id}/allocate", body)
+
+    # -- runs ----------------------------------------------------------------------------------------
+    def runs(
+        self,
+        experiment: str | None = None,
+        preset: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Json]:
+        return self._get("/runs", experiment=experiment, preset=preset, status=status, limit=limit, offset=offset)
+
+    def run(self, run_id: int) -> Json:
+        return self._get(f"/runs/{run_id}")
+
+    def run_metrics(
+        self,
+        run_id: int,
+        keys: list[str] | None = None,
+        min_step: int | None = None,
+        max_step: int | None = None,
+    ) -> Json:
+        return self._get(
+            f"/runs/{run_id}/metrics",
+            keys=",".join(keys) if keys else None,
+            min_step=min_step,
+            max_step=max_step,
+        )
+
+    def run_windows(self, run_id: int, step: int | None = None) -> Json:
+        return self._get(f"/runs/{run_id}/windows", step=step)
+
+    def create_run(
+        self,
+        preset: str,
+        overrides: dict[str, Any] | None = None,
+        name: str | None = None,
+        experiment: str | None = None,
+    ) -> Json:
+        body = {"preset": preset, "overrides": overrides or {}, "name": name, "experiment": experiment}
+        return self._post("/runs", body)
+
+    def cancel_run(self, run_id: int) -> Json:
+        return self._post(f"/runs/{run_id}/cancel", None)
+
+    def compare_runs(
+        self, run_ids: list[int], keys: list[str] | None = None, agg: Agg = "last", step: int | None = None
+    ) -> Json:
+        body = {"run_ids": list(run_ids), "keys": keys, "agg": agg, "step": step}
+        return self._post("/runs/compare", body)
+
+    def windows_diff(self, a: Json, b: Json) -> Json:
+        """Diff two plan references: ``{"run_id", "step"}``, ``{"model_id"}`` or ``{"windows": plan}``."""
+        return self._post("/windows/diff", {"a": a, "b": b})
+
+    # -- saved views ---------------------------------------------------------------------------------
+    def views(self) -> list[Json]:
+        return self._get("/views")
+
+    def view(self, view_id: int) -> Json:
+        return self._get(f"/views/{view_id}")
+
+    def create_view(self, name: str, page: str, state: Json) -> Json:
+        return self._post("/views", {"name": name, "page": page, "state": state})
+
+    def delete_view(self, view_id: int) -> None:
+        self._request("DELETE", f"/views/{view_id}")

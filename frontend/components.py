@@ -1,0 +1,149 @@
+"""Widgets shared by pages: URL-bound state, the share/save/export bar, metric badges, figure display."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Callable, Sequence
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from frontend import api, export
+from frontend import state as S
+
+logger = logging.getLogger(__name__)
+PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+
+# -- URL-bound page state -----------------------------------------------------------------------------
+
+
+def key(page: str, name: str) -> str:
+    return f"{page}.{name}"
+
+
+def bind_state(page: str) -> dict[str, Any]:
+    """Seed the page's widget keys from the URL (first render in this session) or the defaults,
+    and return the current state. Widgets then use `key(page, name)` as their key."""
+    from_url = S.decode_state(page, {k: st.query_params[k] for k in st.query_params})
+    seeded = st.session_state.setdefault("_seeded_pages", set())
+    for name, value in from_url.items():
+        if page not in seeded or key(page, name) not in st.session_state:
+            st.session_state[key(page, name)] = value
+    seeded.add(page)
+    return current_state(page)
+
+
+def current_state(page: str) -> dict[str, Any]:
+    return {name: st.session_state.get(key(page, name), d) for name, d in S.defaults(page).items()}
+
+
+def ensure_option(page: str, name: str, options: Sequence[Any]) -> None:
+    """Make the bound value one of `options` (a stale or hand-edited URL falls back to the first)."""
+    k = key(page, name)
+    if options and st.session_state.get(k) not in options:
+        st.session_state[k] = options[0]
+
+
+def publish(page: str, state: dict[str, Any] | None = None) -> None:
+    """Write the page's state to the URL so the address bar is always a link to this view."""
+    encoded = S.encode_state(page, state if state is not None else current_state(page))
+    if {k: st.query_params[k] for k in st.query_params} != encoded:
+        st.query_params.from_dict(encoded)
+
+
+def app_base_url() -> str:
+    """The dashboard's own address, without the page path and query."""
+    url = ""
+    try:
+        url = st.context.url or ""
+    except Exception:  # older runtimes or tests without a browser context
+        url = ""
+    url = url.split("?", 1)[0]
+    m = re.match(r"^(https?://[^/]+)(/.*)?$", url)
+    if not m:
+        return "http://127.0.0.1:8501"
+    path = (m.group(2) or "").rstrip("/")
+    path = path.rsplit("/", 1)[0] if path.rsplit("/", 1)[-1] in S.PAGE_STATE else path
+    return m.group(1) + path
+
+
+# -- display helpers ----------------------------------------------------------------------------------
+
+
+def show_figure(fig: go.Figure, name: str, **kwargs: Any) -> Any:
+    """st.plotly_chart with exact colours (theme=None) and a stable key."""
+    return st.plotly_chart(fig, key=name, theme=None, config=PLOTLY_CONFIG, **kwargs)
+
+
+def metric_badges(result: dict) -> None:
+    """Loss, Δloss (nats and %), perplexity and the coverage metrics of one evaluation."""
+    cols = st.columns(5)
+    cols[0].metric("loss (nats)", f"{result['loss']:.4f}", help="mean next-token loss on the eval batch")
+    cols[1].metric("Δloss vs own plan", f"{result['delta']:+.4f}", f"{result['delta_pct']:+.2f} %",
+                   delta_color="inverse")
+    cols[2].metric("perplexity", f"{result['perplexity']:.3f}")
+    cols[3].metric("acr", f"{result['acr']:.3f}", help="mean over heads of min(w, T) / T (the paper's ACR)")
+    cols[4].metric("causal_coverage", f"{result['causal_coverage']:.3f}",
+                   help="attended (query, key) pairs / full causal pairs")
+    cached = " (served from cache)" if result.get("cached") else ""
+    st.caption(f"server time {result.get('elapsed_ms', float('nan')):.0f} ms{cached} · "
+               f"eval set {result.get('eval_set', '?')} · tile_coverage {result.get('tile_coverage', float('nan')):.3f}")
+
+
+def placeholder(text: str) -> None:
+    st.info(text, icon="ℹ️")
+
+
+# -- share, save, export --------------------------------------------------------------------------------
+
+
+def share_bar(page: str, state: dict[str, Any], section: Callable[[], export.Section] | None) -> None:
+    """Copy-link, save-as-view and export controls for the current view."""
+    with st.expander("Share · save · export", expanded=False):
+        link = S.share_url(app_base_url(), page, state)
+        st.caption("Link to exactly this view (copy with the icon at the right):")
+        st.code(link, language=None)
+        c1, c2 = st.columns([3, 1])
+        name = c1.text_input("View name", key=f"{page}._viewname", placeholder="e.g. layer 2 all at 16")
+        if c2.button("Save view", key=f"{page}._saveview", disabled=not name.strip()):
+            with api.guard("saving the view"):
+                view = api.call("create_view", name.strip(), page, S.encode_state(page, state))
+                st.success(f"Saved view #{view['id']} “{view['name']}”; step through saved views on Present.")
+        if section is None:
+            return
+        if st.button("Prepare offline HTML", key=f"{page}._html"):
+            with api.guard("exporting"), st.spinner("Building a self-contained HTML file..."):
+                sec = section()
+                st.session_state[f"{page}._htmldoc"] = export.html_document(sec.title, [sec], source=link)
+        doc = st.session_state.get(f"{page}._htmldoc")
+        if doc:
+            st.download_button("Download HTML (plotly.js inlined, opens offline)", doc, file_name=f"aah-{page}.html",
+                               mime="text/html", key=f"{page}._htmldl")
+        image_export(page, section)
+
+
+def image_export(page: str, section: Callable[[], export.Section]) -> None:
+    ok, reason = export.image_export_status()
+    if not ok:
+        st.caption(f"PNG/SVG export is not available here: {reason}. The HTML export works offline, and "
+                   "each chart's camera icon saves a PNG from the browser.")
+        return
+    c1, c2, c3 = st.columns([2, 1, 1])
+    fmt = c2.selectbox("Format", ["png", "svg"], key=f"{page}._imgfmt")
+    if c3.button("Render image", key=f"{page}._img"):
+        with api.guard("exporting"), st.spinner("Rendering with Kaleido (local Chromium)..."):
+            sec = section()
+            images = {}
+            for name, fig in sec.figures.items():
+                try:
+                    images[name] = export.figure_image(fig, fmt)
+                except export.ExportUnavailable as exc:
+                    st.warning(str(exc))
+                    break
+            st.session_state[f"{page}._images"] = (fmt, images)
+    fmt_done, images = st.session_state.get(f"{page}._images", (fmt, {}))
+    for name, data in images.items():
+        c1.download_button(f"{name}.{fmt_done}", data, file_name=f"aah-{page}-{name}.{fmt_done}",
+                           key=f"{page}._imgdl.{name}")

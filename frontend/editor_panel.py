@@ -1,0 +1,170 @@
+"""The window editor's interactive panel (grid, cell and bulk edits, presets, undo/redo) and the
+callbacks that turn widget events into new plans. Kept out of the page file so the page stays layout."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import streamlit as st
+
+from frontend import api, components as C, figures as F, views
+from frontend import state as S
+
+PAGE = "editor"
+PRESETS = ["model's own plan", "all full", "uniform window", "k full heads per layer",
+           "budgeted allocation", "controller's plan (training run)"]
+
+
+def history(model: dict, own: list, url_plan: list) -> S.PlanHistory:
+    """The edit history for this model in this session (created from the URL's plan on first use)."""
+    k = f"editor._hist.{model['id']}"
+    if k not in st.session_state:
+        hist = S.PlanHistory(base=own)
+        hist.push(url_plan)
+        st.session_state[k] = hist
+    return st.session_state[k]
+
+
+def labels(model: dict, plan: list) -> list[str]:
+    """Bucket labels offered for a cell: the model's buckets plus any window already in the plan."""
+    ws = set(model.get("buckets") or []) | {w for row in plan for w in row}
+    return [S.window_label(w) for w in sorted((w for w in ws if w is not None))] + [S.FULL]
+
+
+def _commit(hist: S.PlanHistory, plan: list) -> None:
+    hist.push(S.normalize_plan(plan))
+
+
+def _on_cell(hist: S.PlanHistory, wkey: str, layer: int, head: int) -> None:
+    label = st.session_state.get(wkey)
+    if label is not None:
+        _commit(hist, S.set_cell(hist.current, layer, head, S.parse_window(label)))
+
+
+def _on_grid_click(gkey: str) -> None:
+    """A click on a grid cell selects that head for the cell editor."""
+    points = (st.session_state.get(gkey) or {}).get("selection", {}).get("points", [])
+    if points:
+        st.session_state[C.key(PAGE, "layer")] = int(points[0]["y"])
+        st.session_state[C.key(PAGE, "head")] = int(points[0]["x"])
+
+
+def _on_table(hist: S.PlanHistory, tkey: str) -> None:
+    plan = [list(r) for r in hist.current]
+    for row, cells in (st.session_state.get(tkey) or {}).get("edited_rows", {}).items():
+        for col, label in cells.items():
+            plan[int(row)][int(str(col).lstrip("H"))] = S.parse_window(label)
+    _commit(hist, plan)
+
+
+def cell_editor(model: dict, hist: S.PlanHistory) -> None:
+    """Pick a head (or click it in the grid) and choose its window."""
+    n_layer, n_head = model["n_layer"], model["n_head"]
+    C.ensure_option(PAGE, "layer", list(range(n_layer)))
+    C.ensure_option(PAGE, "head", list(range(n_head)))
+    c1, c2, c3 = st.columns([1, 1, 5])
+    layer = c1.selectbox("Layer", list(range(n_layer)), key=C.key(PAGE, "layer"))
+    head = c2.selectbox("Head", list(range(n_head)), key=C.key(PAGE, "head"))
+    current = S.window_label(hist.current[layer][head])
+    wkey = f"editor._cell.{hist.version}.{layer}.{head}"
+    c3.pills(f"Window of layer {layer}, head {head}", labels(model, hist.current), default=current,
+             key=wkey, on_change=_on_cell, args=(hist, wkey, layer, head))
+
+
+def bulk_editor(model: dict, hist: S.PlanHistory) -> None:
+    """Set a whole layer or a whole head index at once."""
+    opts = labels(model, hist.current)
+    c1, c2, c3, c4 = st.columns([1, 1, 1, 1])
+    layer = c1.selectbox("Whole layer", list(range(model["n_layer"])), key="editor._bulk_layer")
+    w = c2.selectbox("to window", opts, key="editor._bulk_lw")
+    if c2.button("Set layer", key="editor._set_layer"):
+        _commit(hist, S.set_layer(hist.current, layer, S.parse_window(w)))
+    head = c3.selectbox("Whole head index", list(range(model["n_head"])), key="editor._bulk_head")
+    wh = c4.selectbox("to window ", opts, key="editor._bulk_hw")
+    if c4.button("Set head", key="editor._set_head"):
+        _commit(hist, S.set_head(hist.current, head, S.parse_window(wh)))
+
+
+def preset_editor(model: dict, own: list, hist: S.PlanHistory, metric: str) -> None:
+    opts = labels(model, hist.current)
+    c1, c2, c3 = st.columns([2, 2, 1])
+    choice = c1.selectbox("Preset", PRESETS, key="editor._preset")
+    params: dict[str, Any] = {}
+    if choice in ("uniform window", "k full heads per layer"):
+        params["w"] = c2.selectbox("window", opts[:-1] or opts, key="editor._preset_w")
+    if choice == "k full heads per layer":
+        params["k"] = c2.number_input("k", 0, model["n_head"], 1, key="editor._preset_k")
+    if choice == "budgeted allocation":
+        params["budget"] = c2.slider(f"budget ({metric})", 0.05, 1.0, 0.5, 0.05, key="editor._budget")
+    if c3.button("Apply preset", key="editor._apply"):
+        with api.guard(f"applying “{choice}”"):
+            plan = preset_plan(choice, model, own, metric, params)
+            if plan is not None:
+                _commit(hist, plan)
+
+
+def preset_plan(choice: str, model: dict, own: list, metric: str, params: dict) -> list | None:
+    n_layer, n_head = model["n_layer"], model["n_head"]
+    if choice == "model's own plan":
+        return own
+    if choice == "all full":
+        return S.uniform(n_layer, n_head, None)
+    if choice == "uniform window":
+        return S.uniform(n_layer, n_head, S.parse_window(params["w"]))
+    if choice == "k full heads per layer":
+        return S.k_full_per_layer(own, int(params["k"]), S.parse_window(params["w"]))
+    if choice == "budgeted allocation":
+        with st.spinner(f"Allocating windows at {metric} ≤ {params['budget']:.2f} (the server evaluates candidates)..."):
+            res = api.call("allocate", model["id"], float(params["budget"]), metric=metric,
+                           eval_set=st.session_state.get(C.key(PAGE, "eval"), "mixed"))
+        st.session_state[f"editor._curve.{model['id']}"] = res.get("curve", [])
+        return res["windows"]
+    if model.get("run_id") is None:
+        st.warning("This model has no training run in the store, so there is no controller plan to load.")
+        return None
+    return api.call("run_windows", model["run_id"])["windows"]
+
+
+def history_buttons(hist: S.PlanHistory) -> None:
+    c1, c2, c3, c4 = st.columns([1, 1, 1, 4])
+    if c1.button("↶ Undo", key="editor._undo", disabled=not hist.can_undo):
+        hist.undo()
+    if c2.button("↷ Redo", key="editor._redo", disabled=not hist.can_redo):
+        hist.redo()
+    if c3.button("Reset", key="editor._reset", help="back to the model's own plan (undoable)"):
+        hist.reset()
+    n = sum(map(sum, S.changed_cells(hist.base, hist.current)))
+    c4.caption(f"{n} head(s) differ from the model's own plan · step {hist.pos} of {len(hist.stack) - 1}")
+
+
+def grid(model: dict, hist: S.PlanHistory, layer: int, head: int) -> None:
+    gkey = f"editor._grid.{hist.version}"
+    fig = F.window_grid_figure(hist.current, model.get("buckets") or [], selected=(layer, head),
+                               changed=S.changed_cells(hist.base, hist.current),
+                               title="click a cell to pick a head · red outline: changed")
+    C.show_figure(fig, gkey, on_select=functools.partial(_on_grid_click, gkey), selection_mode="points")
+
+
+def table_editor(model: dict, hist: S.PlanHistory) -> None:
+    import pandas as pd
+
+    opts = labels(model, hist.current)
+    df = pd.DataFrame([[S.window_label(w) for w in row] for row in hist.current],
+                      columns=[f"H{h}" for h in range(model["n_head"])],
+                      index=[f"L{l}" for l in range(model["n_layer"])])
+    tkey = f"editor._table.{hist.version}"
+    cols = {c: st.column_config.SelectboxColumn(c, options=opts, required=True) for c in df.columns}
+    st.data_editor(df, key=tkey, column_config=cols, on_change=_on_table, args=(hist, tkey))
+
+
+def live_plot(model: dict, own_info: dict, result: dict, metric: str) -> None:
+    with api.guard("loading runs for the coverage plot"):
+        runs = views.run_points(metric)
+        curve = [{"x": p[metric], "y": p["loss"]} for p in st.session_state.get(f"editor._curve.{model['id']}", [])]
+        fig = F.loss_coverage_figure(metric, runs, curve,
+                                     live={"x": result[metric], "y": result["loss"]},
+                                     baseline={"x": own_info[metric], "y": result["baseline_loss"]})
+        C.show_figure(fig, "editor._lossplot")
+        if not curve:
+            st.caption("Apply the “budgeted allocation” preset to draw the allocator's loss-vs-coverage path.")

@@ -1,0 +1,308 @@
+"""Pure Plotly figure builders: data in, `go.Figure` out. No Streamlit, no HTTP.
+
+Conventions (shared/reference/dashboard_anchors.md §4): token x token maps have rows = query and
+columns = key, origin upper-left, the causal upper triangle NaN (blank, no hover), probabilities on a
+fixed 0..1 sequential scale and differences on a diverging scale centred at 0. Every axis that shows a
+coverage says which metric it is.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from frontend.state import FULL, Plan, Window, window_label
+
+PROB_SCALE = "Blues"
+DIFF_SCALE = "RdBu"
+GRID_SCALE = "Viridis"
+COVERAGE_LABELS = {
+    "acr": "acr (mean window / seq_len)",
+    "causal_coverage": "causal_coverage (attended pairs / causal pairs)",
+    "tile_coverage": "tile_coverage (causal tiles touched)",
+}
+_PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
+
+
+def coverage_label(metric: str) -> str:
+    return COVERAGE_LABELS.get(metric, metric)
+
+
+def _layout(fig: go.Figure, title: str | None, height: int | None = None, **kw) -> go.Figure:
+    fig.update_layout(title=title, margin=dict(l=50, r=20, t=50 if title else 20, b=40),
+                      uirevision="keep", height=height, **kw)
+    return fig
+
+
+def _levels(plan: Plan, buckets: Sequence[Window]) -> list[Window]:
+    """Window values in display order: ascending integers, full last."""
+    values = {w for row in plan for w in row} | set(buckets)
+    ints = sorted(w for w in values if w is not None)
+    return ints + ([None] if None in values else [])
+
+
+def _cell_rect(row: int, col: int, xref: str = "x", yref: str = "y", color: str = "#ff2d55",
+               width: float = 3) -> dict:
+    return dict(type="rect", xref=xref, yref=yref, x0=col - 0.5, x1=col + 0.5, y0=row - 0.5, y1=row + 0.5,
+                line=dict(color=color, width=width), fillcolor="rgba(0,0,0,0)")
+
+
+def _grid_trace(plan: Plan, levels: list[Window], show_scale: bool = True, hover_prefix: str = "") -> go.Heatmap:
+    n_layer, n_head = len(plan), len(plan[0])
+    index = {w: i for i, w in enumerate(levels)}
+    z = [[index[w] for w in row] for row in plan]
+    text = [[window_label(w) for w in row] for row in plan]
+    top = max(len(levels) - 1, 1)
+    return go.Heatmap(
+        z=z, x=list(range(n_head)), y=list(range(n_layer)), text=text, texttemplate="%{text}",
+        colorscale=GRID_SCALE, zmin=0, zmax=top, xgap=2, ygap=2, showscale=show_scale,
+        colorbar=dict(title="window", tickvals=list(range(len(levels))),
+                      ticktext=[window_label(w) for w in levels]),
+        hovertemplate=hover_prefix + "layer %{y}, head %{x}<br>window %{text}<extra></extra>",
+    )
+
+
+def _grid_axes(fig: go.Figure, n_layer: int, n_head: int, row: int | None = None, col: int | None = None) -> None:
+    fig.update_xaxes(title="head", tickvals=list(range(n_head)), ticktext=[f"H{h}" for h in range(n_head)],
+                     side="top", row=row, col=col)
+    fig.update_yaxes(title="layer", tickvals=list(range(n_layer)), ticktext=[f"L{l}" for l in range(n_layer)],
+                     autorange="reversed", row=row, col=col)
+
+
+def window_grid_figure(plan: Plan, buckets: Sequence[Window] = (), *, changed: list[list[bool]] | None = None,
+                       selected: tuple[int, int] | None = None, title: str | None = None) -> go.Figure:
+    """The layer x head window map: one cell per head coloured by its window (full = widest colour),
+    layer 0 on top. `changed` cells are outlined in red, the `selected` cell in black."""
+    n_layer, n_head = len(plan), len(plan[0])
+    fig = go.Figure(_grid_trace(plan, _levels(plan, buckets)))
+    _grid_axes(fig, n_layer, n_head)
+    shapes = [_cell_rect(l, h) for l in range(n_layer) for h in range(n_head) if changed and changed[l][h]]
+    if selected is not None:
+        shapes.append(_cell_rect(selected[0], selected[1], color="#000000", width=4))
+    fig.update_layout(shapes=shapes)
+    return _layout(fig, title, height=max(220, 60 * n_layer + 90))
+
+
+def window_diff_figure(a: Plan, b: Plan, changed: list[list[bool]], buckets: Sequence[Window] = (),
+                       names: tuple[str, str] = ("A", "B")) -> go.Figure:
+    """Two window maps side by side on one colour scale, the cells that differ outlined in both."""
+    n_layer, n_head = len(a), len(a[0])
+    levels = _levels(a + b, buckets)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=names, horizontal_spacing=0.12)
+    fig.add_trace(_grid_trace(a, levels, hover_prefix=f"{names[0]}: "), row=1, col=1)
+    fig.add_trace(_grid_trace(b, levels, show_scale=False, hover_prefix=f"{names[1]}: "), row=1, col=2)
+    for c in (1, 2):
+        _grid_axes(fig, n_layer, n_head, row=1, col=c)
+    shapes = []
+    for l in range(n_layer):
+        for h in range(n_head):
+            if changed[l][h]:
+                shapes += [_cell_rect(l, h, "x", "y"), _cell_rect(l, h, "x2", "y2")]
+    fig.update_layout(shapes=shapes)
+    n = sum(map(sum, changed))
+    return _layout(fig, f"window maps: {n} head(s) differ", height=max(260, 60 * n_layer + 120))
+
+
+def _as_matrix(rows: Sequence[Sequence[float | None]]) -> np.ndarray:
+    """JSON rows (None for blank) -> float array with NaN, and the causal upper triangle forced to NaN."""
+    z = np.array([[np.nan if v is None else float(v) for v in row] for row in rows], dtype=float)
+    if z.size:
+        z[np.triu_indices(z.shape[0], k=1, m=z.shape[1])] = np.nan
+    return z
+
+
+def band_coordinates(n: int, window: int | None) -> dict[str, tuple[float, float, float, float]]:
+    """Lines bounding the attended band in cell coordinates (cell (i, j) is centred at x=j, y=i).
+    `diagonal` is the causal edge x = y + 0.5; `window` is the window's far edge x = y - w + 0.5,
+    between the last cut key j = i - w and the first kept key j = i - w + 1. Each is (x0, y0, x1, y1)."""
+    out = {"diagonal": (-0.5, -0.5, n - 0.5, n - 0.5)}
+    if window is not None and window < n:
+        out["window"] = (-0.5, window - 0.5, n - 0.5 - window, n - 0.5)
+    return out
+
+
+def attention_figure(weights: Sequence[Sequence[float | None]], tokens: Sequence[str], window: int | None,
+                     *, title: str | None = None, pool: int = 1) -> go.Figure:
+    """One head's attention map (rows = query, columns = key) on a fixed 0..1 scale, upper triangle
+    blank, with the window band drawn. `window` is in tokens; with pooled maps it is divided by `pool`."""
+    z = _as_matrix(weights)
+    n = z.shape[0]
+    labels = [f"({i * pool}) {t}" for i, t in enumerate(tokens)]
+    dist = np.subtract.outer(np.arange(n), np.arange(n)) * pool
+    custom = np.empty((n, n, 3), dtype=object)
+    custom[..., 0] = np.array(labels, dtype=object)[:, None]
+    custom[..., 1] = np.array(labels, dtype=object)[None, :]
+    custom[..., 2] = dist
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(n)), y=list(range(n)), customdata=custom, colorscale=PROB_SCALE, zmin=0, zmax=1,
+        hoverongaps=False, colorbar=dict(title="weight"),
+        hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>distance %{customdata[2]}"
+                      "<br>weight %{z:.3f}<extra></extra>"))
+    band = band_coordinates(n, None if window is None else max(1, math.ceil(window / pool)))
+    shapes = [dict(type="line", x0=x0, y0=y0, x1=x1, y1=y1, xref="x", yref="y",
+                   line=dict(color="#e4572e" if name == "window" else "#888888", width=2,
+                             dash="solid" if name == "window" else "dot"), name=name)
+              for name, (x0, y0, x1, y1) in band.items()]
+    fig.update_layout(shapes=shapes)
+    _token_axes(fig, labels)
+    wl = window_label(window)
+    return _layout(fig, title or f"attention (window {wl})", height=520)
+
+
+def _token_axes(fig: go.Figure, labels: list[str]) -> None:
+    n = len(labels)
+    step = max(1, n // 24)
+    ticks = list(range(0, n, step))
+    fig.update_xaxes(title="key", tickvals=ticks, ticktext=[labels[i] for i in ticks], constrain="domain")
+    fig.update_yaxes(title="query", tickvals=ticks, ticktext=[labels[i] for i in ticks], autorange="reversed",
+                     scaleanchor="x", scaleratio=1, constrain="domain")
+
+
+def attention_diff_figure(full: Sequence[Sequence[float | None]], windowed: Sequence[Sequence[float | None]],
+                          tokens: Sequence[str], *, pool: int = 1) -> go.Figure:
+    """windowed - full on a diverging scale symmetric about 0 (mass moved by the window)."""
+    z = _as_matrix(windowed) - _as_matrix(full)
+    finite = np.abs(z[np.isfinite(z)])
+    m = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    labels = [f"({i * pool}) {t}" for i, t in enumerate(tokens)]
+    n = z.shape[0]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(n)), y=list(range(n)), colorscale=DIFF_SCALE, zmid=0, zmin=-m, zmax=m,
+        hoverongaps=False, colorbar=dict(title="Δ weight"),
+        hovertemplate="query %{y}, key %{x}<br>windowed - full %{z:.3f}<extra></extra>"))
+    _token_axes(fig, labels)
+    return _layout(fig, "difference: windowed - full", height=520)
+
+
+def cut_mass_figure(cut_mass: Sequence[float], tokens: Sequence[str], *, pool: int = 1) -> go.Figure:
+    """Per query row, the share of its full attention mass that the window cuts off (0..1)."""
+    labels = [f"({i * pool}) {t}" for i, t in enumerate(tokens)]
+    fig = go.Figure(go.Bar(x=list(cut_mass), y=list(range(len(cut_mass))), orientation="h", customdata=labels,
+                           marker_color="#e4572e", hovertemplate="%{customdata}: cut %{x:.3f}<extra></extra>"))
+    fig.update_xaxes(title="mass cut off", range=[0, 1])
+    fig.update_yaxes(title="query", autorange="reversed")
+    return _layout(fig, "attention mass cut off per query", height=520)
+
+
+def _window_x(w: Window, seq_len: int) -> int:
+    return seq_len if w is None else min(int(w), seq_len)
+
+
+def retained_mass_figure(buckets: Sequence[Window], mass: Sequence[float], window: Window, seq_len: int,
+                         *, title: str | None = None, tau: float | None = None) -> go.Figure:
+    """Mass within the last w keys against w (full = seq_len), the head's assigned window marked."""
+    xs = [_window_x(b, seq_len) for b in buckets]
+    fig = go.Figure(go.Scatter(x=xs, y=list(mass), mode="lines+markers", name="retained mass",
+                               text=[window_label(b) for b in buckets],
+                               hovertemplate="window %{text}: %{y:.3f}<extra></extra>"))
+    fig.add_vline(x=_window_x(window, seq_len), line=dict(color="#e4572e", dash="dash"),
+                  annotation_text=f"assigned {window_label(window)}")
+    if tau is not None:
+        fig.add_hline(y=tau, line=dict(color="#888888", dash="dot"), annotation_text=f"τ = {tau:g}")
+    fig.update_xaxes(title="window w (keys, log scale)", type="log")
+    fig.update_yaxes(title="attention mass within w keys", range=[0, 1.02])
+    return _layout(fig, title or "retained mass vs window", height=360)
+
+
+def sensitivity_figure(delta: Sequence[Sequence[Sequence[float]]], buckets: Sequence[Window], k: int) -> go.Figure:
+    """Layer x head heatmap of the loss increase when one head alone is set to `buckets[k]`."""
+    z = np.array([[row[k] for row in layer] for layer in delta], dtype=float)
+    m = float(np.nanmax(np.abs(z))) if z.size and np.isfinite(z).any() else 1.0
+    n_layer, n_head = z.shape
+    fig = go.Figure(go.Heatmap(z=z, x=list(range(n_head)), y=list(range(n_layer)), colorscale=DIFF_SCALE,
+                               reversescale=True, zmid=0, zmin=-m or -1, zmax=m or 1, texttemplate="%{z:.3f}",
+                               colorbar=dict(title="Δloss (nats)"),
+                               hovertemplate="layer %{y}, head %{x}: Δloss %{z:.4f}<extra></extra>"))
+    _grid_axes(fig, n_layer, n_head)
+    return _layout(fig, f"sensitivity: Δloss with one head at window {window_label(buckets[k])}",
+                   height=max(240, 60 * n_layer + 100))
+
+
+def token_delta_figure(tokens: Sequence[str], delta: Sequence[float | None]) -> go.Figure:
+    """A one-row strip of per-token Δloss (red = the edit made that token harder to predict)."""
+    z = np.array([[np.nan if v is None else float(v) for v in delta]])
+    finite = np.abs(z[np.isfinite(z)])
+    m = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    fig = go.Figure(go.Heatmap(z=z, x=list(range(len(tokens))), y=[0], customdata=[list(tokens)],
+                               colorscale=DIFF_SCALE, reversescale=True, zmid=0, zmin=-m, zmax=m,
+                               colorbar=dict(title="Δloss", thickness=10),
+                               hovertemplate="(%{x}) %{customdata}<br>Δloss %{z:.4f}<extra></extra>"))
+    fig.update_yaxes(visible=False)
+    fig.update_xaxes(title="token position in the evaluation text")
+    return _layout(fig, "per-token Δloss vs the model's own plan", height=170)
+
+
+def loss_coverage_figure(metric: str, runs: Sequence[dict] = (), curve: Sequence[dict] = (),
+                         live: dict | None = None, baseline: dict | None = None) -> go.Figure:
+    """Loss against a coverage metric: stored runs, the allocator's path, the model's own plan and the
+    current (unsaved) edit as a live point. Points are dicts with `x`, `y` and optional `name`."""
+    fig = go.Figure()
+    if runs:
+        fig.add_trace(go.Scatter(x=[p["x"] for p in runs], y=[p["y"] for p in runs], mode="markers",
+                                 name="runs (val_loss)", text=[p.get("name", "") for p in runs],
+                                 marker=dict(color="#9e9e9e", size=8),
+                                 hovertemplate="%{text}<br>%{x:.3f}, %{y:.4f}<extra></extra>"))
+    if curve:
+        fig.add_trace(go.Scatter(x=[p["x"] for p in curve], y=[p["y"] for p in curve], mode="lines+markers",
+                                 name="allocation curve", line=dict(color="#2ca02c")))
+    for point, name, color, symbol in ((baseline, "model's own plan", "#1f77b4", "circle"),
+                                       (live, "current edit", "#e4572e", "star")):
+        if point:
+            fig.add_trace(go.Scatter(x=[point["x"]], y=[point["y"]], mode="markers", name=name,
+                                     marker=dict(color=color, size=16, symbol=symbol)))
+    fig.update_xaxes(title=coverage_label(metric))
+    fig.update_yaxes(title="loss (nats)")
+    return _layout(fig, f"loss vs {metric}", height=360)
+
+
+def ema(values: Sequence[float | None], smoothing: float) -> list[float | None]:
+    """Exponential moving average with debiasing (so the start is not pulled towards 0); None stays
+    None and does not update the average. smoothing=0 returns the values unchanged."""
+    if smoothing <= 0:
+        return list(values)
+    out: list[float | None] = []
+    acc, weight = 0.0, 0.0
+    for v in values:
+        if v is None or not math.isfinite(v):
+            out.append(None)
+            continue
+        acc = smoothing * acc + (1 - smoothing) * v
+        weight = smoothing * weight + (1 - smoothing)
+        out.append(acc / weight)
+    return out
+
+
+def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float | None]]], smoothing: float,
+                         *, y_title: str = "value", title: str | None = None) -> go.Figure:
+    """Curves by step: faint raw points under an EMA line of the same colour for each series."""
+    fig = go.Figure()
+    for i, (name, (steps, values)) in enumerate(series.items()):
+        color = _PALETTE[i % len(_PALETTE)]
+        fig.add_trace(go.Scatter(x=list(steps), y=list(values), mode="markers", name=f"{name} (raw)",
+                                 marker=dict(color=color, size=4), opacity=0.3, legendgroup=name,
+                                 showlegend=False))
+        fig.add_trace(go.Scatter(x=list(steps), y=ema(values, smoothing), mode="lines", name=name,
+                                 line=dict(color=color, width=2), legendgroup=name, connectgaps=True))
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title=y_title)
+    return _layout(fig, title, height=360)
+
+
+def _bucket_sort_key(label: str) -> float:
+    return math.inf if label == FULL else float(label)
+
+
+def window_fraction_figure(series: dict[str, tuple[Sequence[int], Sequence[float | None]]]) -> go.Figure:
+    """Stacked areas of the share of heads at each window over training (keys `window_frac/<bucket>`)."""
+    fig = go.Figure()
+    for label in sorted(series, key=_bucket_sort_key):
+        steps, values = series[label]
+        fig.add_trace(go.Scatter(x=list(steps), y=list(values), mode="lines", stackgroup="frac",
+                                 name=f"window {label}", line=dict(width=0.5)))
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="share of heads", range=[0, 1])
+    return _layout(fig, "window fractions over training", height=340)

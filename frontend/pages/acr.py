@@ -1,0 +1,65 @@
+"""ACR curves for one run: metrics by step (smoothed over faint raw points), coverage over training,
+window fractions, and the window map at any step."""
+
+import streamlit as st
+
+from frontend import api, components as C, figures as F, views
+from frontend import state as S
+
+PAGE = "acr"
+st.title("ACR curves")
+state = C.bind_state(PAGE)
+
+with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
+    runs = api.call("runs", limit=500)
+    if not runs:
+        C.placeholder("No runs in the store yet. Launch one on the Runs page.")
+        st.stop()
+    labels = {r["id"]: f"#{r['id']} {r['name']} ({r['status']})" for r in runs}
+    C.ensure_option(PAGE, "run", list(labels))
+    c1, c2, c3 = st.columns([2, 3, 1])
+    run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=C.key(PAGE, "run"))
+    metrics = api.call("run_metrics", run_id)["series"]
+    keys = sorted(k for k in metrics if not k.startswith("window_frac/"))
+    st.session_state[C.key(PAGE, "keys")] = [k for k in st.session_state[C.key(PAGE, "keys")] if k in keys]
+    c2.multiselect("Metrics", keys, key=C.key(PAGE, "keys"))
+    c3.slider("EMA smoothing", 0.0, 0.99, key=C.key(PAGE, "smooth"), step=0.01)
+
+with api.guard("drawing the curves"):
+    state = C.current_state(PAGE)
+    run, figs = views.acr_figures(run_id, state["keys"], state["smooth"])
+    for line in views.run_lines(run):
+        st.caption(line)
+    if not figs:
+        C.placeholder("This run has no metrics yet; curves appear as training writes them.")
+    if "metrics" in figs:
+        C.show_figure(figs["metrics"], "acr._metrics")
+    left, right = st.columns(2)
+    with left:
+        if "coverage" in figs:
+            C.show_figure(figs["coverage"], "acr._coverage")
+    with right:
+        if "fractions" in figs:
+            C.show_figure(figs["fractions"], "acr._fractions")
+
+with api.guard("window map"):
+    if any(r["id"] == run_id and r.get("read_only") for r in runs):
+        C.placeholder("Reference figures from the paper carry no window maps.")
+        st.stop()
+    latest = api.cached("run_windows", run_id)
+    steps = latest["steps"] or [latest["step"]]
+    if state["step"] not in steps:
+        st.session_state[C.key(PAGE, "step")] = steps[-1]
+    if len(steps) > 1:
+        step = st.select_slider("Window map at step", steps, key=C.key(PAGE, "step"))
+    else:
+        step = st.session_state[C.key(PAGE, "step")]
+    wm = api.cached("run_windows", run_id, step=step)
+    changed = S.changed_cells(latest["windows"], wm["windows"])
+    C.show_figure(F.window_grid_figure(wm["windows"], changed=changed,
+                                       title=f"window map at step {wm['step']} (outlined: differs from the latest)"),
+                  "acr._windows")
+
+state = C.current_state(PAGE)
+C.publish(PAGE, state)
+C.share_bar(PAGE, state, lambda: views.acr_section(state))

@@ -1,0 +1,95 @@
+"""Attention view: one head's map with its window drawn in, what the window cuts off, and per-head
+retained-mass and sensitivity diagnostics."""
+
+import functools
+
+import streamlit as st
+
+from frontend import api, components as C, figures as F, views
+from frontend import state as S
+
+PAGE = "attention"
+st.title("Attention")
+state = C.bind_state(PAGE)
+
+
+def _pick(gkey: str) -> None:
+    points = (st.session_state.get(gkey) or {}).get("selection", {}).get("points", [])
+    if points:
+        st.session_state[C.key(PAGE, "layer")] = int(points[0]["y"])
+        st.session_state[C.key(PAGE, "head")] = int(points[0]["x"])
+
+
+with api.guard("loading the model", stop=True), st.spinner("Loading models and texts..."):
+    models = api.cached("models")
+    ids = [m["id"] for m in models]
+    C.ensure_option(PAGE, "model", ids)
+    texts = api.cached("model_texts", st.session_state[C.key(PAGE, "model")])
+    c1, c2, c3, c4, c5 = st.columns([2, 2, 1, 1, 1])
+    model_id = c1.selectbox("Model", ids, key=C.key(PAGE, "model"))
+    model = next(m for m in models if m["id"] == model_id)
+    text_ids = [t["id"] for t in texts]
+    C.ensure_option(PAGE, "text", text_ids)
+    tnames = {t["id"]: f"{t['name']} ({t['kind']}, {t['n_tokens']} tokens)" for t in texts}
+    c2.selectbox("Text", text_ids, format_func=tnames.get, key=C.key(PAGE, "text"))
+    C.ensure_option(PAGE, "layer", list(range(model["n_layer"])))
+    C.ensure_option(PAGE, "head", list(range(model["n_head"])))
+    layer = c3.selectbox("Layer", list(range(model["n_layer"])), key=C.key(PAGE, "layer"))
+    head = c4.selectbox("Head", list(range(model["n_head"])), key=C.key(PAGE, "head"))
+    own = api.cached("model_windows", model_id)["windows"]
+    choices = ["own"] + [S.window_label(b) for b in model.get("buckets") or [] if b is not None] + [S.FULL]
+    C.ensure_option(PAGE, "window", choices)
+    c5.selectbox("Window", choices, key=C.key(PAGE, "window"),
+                 format_func=lambda c: f"own ({S.window_label(own[layer][head])})" if c == "own" else c)
+    state = C.current_state(PAGE)
+    C.publish(PAGE, state)
+
+    with st.expander("Pick a head on the model's window map", expanded=False):
+        gkey = f"attention._grid.{model_id}"
+        C.show_figure(F.window_grid_figure(own, model.get("buckets") or [], selected=(layer, head)), gkey,
+                      on_select=functools.partial(_pick, gkey), selection_mode="points")
+
+with api.guard("attention maps"):
+
+    with st.spinner(f"Computing layer {layer}, head {head} attention..."):
+        _, data, _ = views.attention_data(state)
+    figs = views.attention_figures(data)
+    st.caption(f"{data['n_tokens']} tokens" + (f", average-pooled by {data['pool']}" if data.get("pool", 1) > 1 else "")
+               + f" · window {S.window_label(data['window'])} · rows = query, columns = key; "
+               "the orange line is the window's far edge, the dotted line the causal diagonal.")
+    left, right = st.columns(2)
+    with left:
+        C.show_figure(figs["full"], "attention._full")
+    with right:
+        C.show_figure(figs["windowed"], "attention._windowed")
+    left, right = st.columns([3, 2])
+    with left:
+        C.show_figure(figs["diff"], "attention._diff")
+    with right:
+        C.show_figure(figs["cut"], "attention._cut")
+
+with api.guard("retained-mass curves"):
+    if st.toggle("Retained-mass curve for this head", value=True, key="attention._rm"):
+        with st.spinner("Computing retained mass for every head..."):
+            rm = api.cached("retained_mass", model_id, text_id=state["text"] or None)
+        tau = st.slider("τ (suggest the smallest window keeping this much mass)", 0.5, 0.99, 0.9, 0.01,
+                        key="attention._tau")
+        mass = rm["mass"][layer][head]
+        fig = F.retained_mass_figure(rm["buckets"], mass, own[layer][head], model["seq_len"], tau=tau,
+                                     title=f"L{layer}H{head}: mass within w keys")
+        C.show_figure(fig, "attention._retained")
+        st.caption(f"Smallest window keeping ≥ {tau:.2f} of the mass: "
+                   f"**{S.window_label(S.suggest_window(rm['buckets'], mass, tau))}** "
+                   f"(assigned: {S.window_label(own[layer][head])}).")
+
+with api.guard("sensitivity sweep"):
+    if st.toggle("Sensitivity sweep (Δloss when one head alone is shrunk)", value=False, key="attention._sens"):
+        with st.spinner("Running the sweep on the server (one evaluation per head and window; cached after)..."):
+            sens = api.cached("sensitivity", model_id)
+        labels = [S.window_label(b) for b in sens["buckets"]]
+        C.ensure_option(PAGE, "bucket", list(range(len(labels))))
+        k = st.selectbox("Window for the sweep", list(range(len(labels))), format_func=labels.__getitem__,
+                         key=C.key(PAGE, "bucket"))
+        C.show_figure(F.sensitivity_figure(sens["delta"], sens["buckets"], k), "attention._sensfig")
+
+C.share_bar(PAGE, C.current_state(PAGE), lambda: views.attention_section(C.current_state(PAGE)))

@@ -1,0 +1,62 @@
+"""Window editor: change any head's window and watch the loss move."""
+
+import streamlit as st
+
+from frontend import api, components as C, editor_panel as E, figures as F, views
+from frontend import state as S
+
+PAGE = "editor"
+st.title("Window editor")
+state = C.bind_state(PAGE)
+
+with api.guard("loading models", stop=True), st.spinner("Loading models from the API..."):
+    models = api.cached("models")
+    if not models:
+        C.placeholder("The API lists no models yet. Register the demo checkpoint (see README) and reload.")
+        st.stop()
+    ids = [m["id"] for m in models]
+    C.ensure_option(PAGE, "model", ids)
+    c1, c2, c3 = st.columns([3, 1, 2])
+    names = {m["id"]: f"{m['name']} ({m['n_layer']}×{m['n_head']} heads, T={m['seq_len']})" for m in models}
+    model_id = c1.selectbox("Model", ids, format_func=names.get, key=C.key(PAGE, "model"))
+    C.ensure_option(PAGE, "eval", ["mixed", "text", "copy"])
+    c2.selectbox("Eval set", ["mixed", "text", "copy"], key=C.key(PAGE, "eval"))
+    C.ensure_option(PAGE, "metric", ["causal_coverage", "acr"])
+    c3.selectbox("Coverage metric for plots", ["causal_coverage", "acr"], key=C.key(PAGE, "metric"))
+    model = next(m for m in models if m["id"] == model_id)
+    own_info = api.cached("model_windows", model_id)
+    url_plan, own = views.plan_for(model, state["plan"] if state["model"] in ("", model_id) else "")
+    E.history(model, own, url_plan)
+
+
+@st.fragment
+def panel() -> None:
+    """Everything an edit touches; an edit reruns only this fragment, not the page."""
+    hist = E.history(model, own, url_plan)
+    E.history_buttons(hist)
+    with st.expander("Bulk edits and presets", expanded=False):
+        E.preset_editor(model, own, hist, st.session_state[C.key(PAGE, "metric")])
+        E.bulk_editor(model, hist)
+    left, right = st.columns([3, 2])
+    with left:
+        E.cell_editor(model, hist)
+        layer, head = st.session_state[C.key(PAGE, "layer")], st.session_state[C.key(PAGE, "head")]
+        E.grid(model, hist, layer, head)
+        with st.expander("Edit as a table"):
+            E.table_editor(model, hist)
+    st.session_state[C.key(PAGE, "plan")] = "" if hist.current == own else S.encode_plan(hist.current)
+    live = C.current_state(PAGE)
+    C.publish(PAGE, live)
+    result = None
+    with right, api.guard("evaluating the plan"):
+        with st.spinner("Evaluating the plan..."):
+            result = views.evaluate(model_id, hist.current, live["eval"])
+        C.metric_badges(result)
+        E.live_plot(model, own_info, result, live["metric"])
+    if result and result.get("per_token"):
+        pt = result["per_token"]
+        C.show_figure(F.token_delta_figure(pt["tokens"], pt["delta"]), "editor._strip")
+    C.share_bar(PAGE, live, lambda: views.editor_section(live))
+
+
+panel()

@@ -1,0 +1,73 @@
+"""Present: saved views stepped through as slides (big fonts, no sidebar with ?mode=present) and
+exported as one offline HTML deck."""
+
+import streamlit as st
+
+from frontend import api, components as C, export, views
+
+PAGE = "present"
+state = C.bind_state(PAGE)
+presenting = state["mode"] == "present"
+if presenting:
+    st.markdown("<style>html, body, [class*='st-'] {font-size: 1.25rem;} h1 {font-size: 3rem !important;}"
+                " [data-testid='stSidebar'], [data-testid='stSidebarCollapsedControl'] {display: none;}</style>",
+                unsafe_allow_html=True)
+else:
+    st.title("Present")
+
+with api.guard("loading saved views", stop=True), st.spinner("Loading saved views..."):
+    saved = api.call("views")
+    if not saved:
+        C.placeholder("No saved views yet. On any page open “Share · save · export” and press “Save view”.")
+        st.stop()
+    names = {v["id"]: f"#{v['id']} {v['name']} ({v['page']})" for v in saved}
+    k = C.key(PAGE, "deck")
+    st.session_state[k] = [i for i in st.session_state[k] if i in names] or list(names)
+    if not presenting:
+        st.multiselect("Slides, in order", list(names), format_func=names.get, key=k)
+    deck = st.session_state[k] or list(names)
+    sk = C.key(PAGE, "slide")
+    st.session_state[sk] = min(max(st.session_state[sk], 0), len(deck) - 1)
+
+
+def _step(delta: int) -> None:
+    st.session_state[sk] = min(max(st.session_state[sk] + delta, 0), len(deck) - 1)
+
+
+def _mode(m: str) -> None:
+    st.session_state[C.key(PAGE, "mode")] = m
+
+
+c1, c2, c3, c4 = st.columns([1, 1, 4, 2])
+c1.button("◀ Previous", key="present._prev", on_click=_step, args=(-1,), disabled=st.session_state[sk] == 0)
+c2.button("Next ▶", key="present._next", on_click=_step, args=(1,), disabled=st.session_state[sk] >= len(deck) - 1)
+c3.caption(f"slide {st.session_state[sk] + 1} of {len(deck)}")
+c4.button("Leave present mode" if presenting else "Present (full screen, no sidebar)", key="present._mode",
+          on_click=_mode, args=("" if presenting else "present",))
+state = C.current_state(PAGE)
+C.publish(PAGE, state)
+
+view = next(v for v in saved if v["id"] == deck[st.session_state[sk]])
+with api.guard(f"slide “{view['name']}”"), st.spinner(f"Rendering “{view['name']}”..."):
+    sec = views.build_section(view["page"], view["state"])
+    st.header(view["name"])
+    for line in sec.lines:
+        st.markdown(f"- {line}")
+    for name, fig in sec.figures.items():
+        C.show_figure(fig, f"present._fig.{view['id']}.{name}")
+
+if not presenting:
+    with st.expander("Export the deck"), api.guard("exporting the deck"):
+        if st.button("Prepare offline HTML deck", key="present._html"):
+            with st.spinner(f"Rendering {len(deck)} slides..."):
+                chosen = [v for i in deck for v in saved if v["id"] == i]
+                sections = []
+                for v in chosen:
+                    sec = views.build_section(v["page"], v["state"])
+                    sec.title = v["name"]
+                    sections.append(sec)
+                st.session_state["present._doc"] = export.html_document("AAH Studio deck", sections, slides=True)
+        if st.session_state.get("present._doc"):
+            st.download_button("Download deck (HTML, plotly.js inlined, opens offline)",
+                               st.session_state["present._doc"], file_name="aah-deck.html", mime="text/html",
+                               key="present._dl")

@@ -1,0 +1,240 @@
+"""What each page shows, as data + figures, independent of layout: pages lay these out, the present
+page steps through them as slides, and the HTML export writes them to a file. Calls the API through
+`frontend.api` (raising ApiError); builds figures through `frontend.figures`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from frontend import api, figures as F
+from frontend import state as S
+from frontend.export import Section
+
+COVERAGE_KEYS = ("acr", "causal_coverage", "tile_coverage")
+
+
+# -- models and the editor ---------------------------------------------------------------------------
+
+
+def pick_model(model_id: str) -> dict:
+    """The model named in the state, or the first one the API lists."""
+    models = api.cached("models")
+    if not models:
+        raise api.ApiError(404, "the API lists no models; is the demo checkpoint registered?")
+    return next((m for m in models if m["id"] == model_id), models[0])
+
+
+def plan_for(model: dict, encoded: str) -> tuple[list, list]:
+    """(the plan from the URL text or the model's own plan, the model's own plan)."""
+    own = api.cached("model_windows", model["id"])["windows"]
+    plan = S.decode_plan(encoded, model["n_layer"], model["n_head"])
+    return (S.normalize_plan(plan, model["seq_len"]) if plan else own), own
+
+
+def evaluate(model_id: str, plan: list, eval_set: str) -> dict:
+    """POST /evaluate with per-token losses; identical plans are served from the cache (undo/redo)."""
+    return api.cached("evaluate", model_id, plan, eval_set=eval_set, per_token=True)
+
+
+def metric_lines(result: dict) -> list[str]:
+    return [
+        f"loss {result['loss']:.4f} nats (model's own plan {result['baseline_loss']:.4f})",
+        f"Δloss {result['delta']:+.4f} nats ({result['delta_pct']:+.2f} %)",
+        f"perplexity {result['perplexity']:.3f}",
+        f"acr {result['acr']:.3f} · causal_coverage {result['causal_coverage']:.3f}"
+        f" · tile_coverage {result.get('tile_coverage', float('nan')):.3f}",
+    ]
+
+
+def editor_section(state: dict) -> Section:
+    model = pick_model(state["model"])
+    plan, own = plan_for(model, state["plan"])
+    result = evaluate(model["id"], plan, state["eval"])
+    figs: dict[str, go.Figure] = {
+        "grid": F.window_grid_figure(plan, model.get("buckets", []), changed=S.changed_cells(own, plan),
+                                     title="window plan (red outline: changed vs the model's own plan)")}
+    if result.get("per_token"):
+        figs["tokens"] = F.token_delta_figure(result["per_token"]["tokens"], result["per_token"]["delta"])
+    lines = metric_lines(result) + [f"model {model['name']} · eval set {result['eval_set']}",
+                                    f"plan {S.encode_plan(plan)}"]
+    return Section(f"Window editor: {model['name']}", figs, lines)
+
+
+def run_points(metric: str) -> list[dict]:
+    """Stored runs as (coverage, val_loss) points for the loss-vs-coverage plot."""
+    out = []
+    for r in api.cached("runs", limit=500):
+        s = r.get("summary") or {}
+        if s.get(metric) is not None and s.get("val_loss") is not None:
+            out.append({"x": s[metric], "y": s["val_loss"], "name": f"#{r['id']} {r['name']}"})
+    return out
+
+
+# -- attention ----------------------------------------------------------------------------------------
+
+
+def window_request(model: dict, choice: str) -> int | None:
+    """The `window` query value for a state choice: "own" -> None (server default), "full" -> seq_len."""
+    if choice in ("", "own"):
+        return None
+    w = S.parse_window(choice)
+    return model["seq_len"] if w is None else w
+
+
+def attention_data(state: dict) -> tuple[dict, dict, list[dict]]:
+    model = pick_model(state["model"])
+    texts = api.cached("model_texts", model["id"])
+    text_id = state["text"] or (texts[0]["id"] if texts else None)
+    data = api.cached("attention", model["id"], state["layer"], state["head"], text_id=text_id,
+                      window=window_request(model, state["window"]))
+    return model, data, texts
+
+
+def attention_figures(data: dict) -> dict[str, go.Figure]:
+    w, pool, tokens = data["window"], data.get("pool", 1), data["tokens"]
+    head = f"L{data['layer']}H{data['head']}"
+    return {
+        "full": F.attention_figure(data["full"], tokens, w, pool=pool, title=f"{head} full causal attention"),
+        "windowed": F.attention_figure(data["windowed"], tokens, w, pool=pool,
+                                       title=f"{head} with window {S.window_label(w)}"),
+        "diff": F.attention_diff_figure(data["full"], data["windowed"], tokens, pool=pool),
+        "cut": F.cut_mass_figure(data["cut_mass"], tokens, pool=pool),
+    }
+
+
+def attention_section(state: dict) -> Section:
+    model, data, _ = attention_data(state)
+    cut = [c for c in data["cut_mass"] if c is not None]
+    lines = [f"model {model['name']} · layer {data['layer']} head {data['head']} · window "
+             f"{S.window_label(data['window'])} · {data['n_tokens']} tokens (pool {data.get('pool', 1)})",
+             f"mean attention mass cut off per query: {sum(cut) / max(len(cut), 1):.3f}"]
+    return Section(f"Attention: layer {data['layer']}, head {data['head']}", attention_figures(data), lines)
+
+
+# -- runs, ACR curves, compare ------------------------------------------------------------------------
+
+
+def split_series(series: dict[str, dict]) -> dict[str, tuple[list, list]]:
+    return {k: (v["step"], v["value"]) for k, v in series.items()}
+
+
+def acr_figures(run_id: int, keys: list[str], smoothing: float) -> tuple[dict, dict[str, go.Figure]]:
+    run = api.cached("run", run_id)
+    series = split_series(api.call("run_metrics", run_id)["series"])
+    figs: dict[str, go.Figure] = {}
+    chosen = {k: series[k] for k in keys if k in series}
+    if chosen:
+        figs["metrics"] = F.metric_curves_figure(chosen, smoothing, y_title="value", title="metrics by step")
+    cov = {k: series[k] for k in COVERAGE_KEYS if k in series}
+    if cov:
+        figs["coverage"] = F.metric_curves_figure(cov, 0.0, y_title="coverage (acr, causal_coverage, tile)",
+                                                  title="coverage over training")
+    frac = {k.split("/", 1)[1]: v for k, v in series.items() if k.startswith("window_frac/")}
+    if frac:
+        figs["fractions"] = F.window_fraction_figure(frac)
+    return run, figs
+
+
+def acr_section(state: dict) -> Section:
+    run, figs = acr_figures(state["run"], state["keys"], state["smooth"])
+    try:
+        w = api.cached("run_windows", state["run"], step=None if state["step"] < 0 else state["step"])
+        figs["windows"] = F.window_grid_figure(w["windows"], title=f"window map at step {w['step']}")
+    except api.ApiError:
+        pass  # runs without window maps (e.g. paper reference figures) simply have no map panel
+    return Section(f"Run #{run['id']} {run['name']}", figs, run_lines(run))
+
+
+def run_lines(run: dict) -> list[str]:
+    s = run.get("summary") or {}
+    parts = [f"{k} {v:.4g}" for k, v in s.items() if isinstance(v, (int, float)) and not k.startswith("window_frac")]
+    return [f"status {run['status']} · preset {run.get('preset')} · experiment {run.get('experiment')}",
+            " · ".join(parts[:8])]
+
+
+def compare_data(state: dict) -> dict:
+    return api.call("compare_runs", state["runs"], keys=state["keys"] or None, agg=state["agg"],
+                    step=state["step"] if state["agg"] == "at_step" else None)
+
+
+def compare_figures(data: dict, keys: list[str], smoothing: float) -> dict[str, go.Figure]:
+    names = {str(r["id"]): f"#{r['id']} {r['name']}" for r in data["runs"]}
+    figs = {}
+    for key in keys:
+        per_run = {names.get(rid, rid): (s[key]["step"], s[key]["value"])
+                   for rid, s in data.get("series", {}).items() if key in s}
+        if per_run:
+            figs[key] = F.metric_curves_figure(per_run, smoothing, y_title=F.coverage_label(key), title=key)
+    return figs
+
+
+def compare_table(data: dict) -> pd.DataFrame:
+    names = {r["id"]: r["name"] for r in data["runs"]}
+    rows = [{"run": f"#{row['run_id']} {names.get(row['run_id'], '')}", **row["values"]} for row in data["table"]]
+    return pd.DataFrame(rows)
+
+
+def window_diff(a: int, b: int) -> tuple[go.Figure, int]:
+    d = api.call("windows_diff", {"run_id": a, "step": None}, {"run_id": b, "step": None})
+    return F.window_diff_figure(d["a"], d["b"], d["changed"], names=(f"run #{a}", f"run #{b}")), d["n_changed"]
+
+
+def compare_section(state: dict) -> Section:
+    data = compare_data(state)
+    figs = compare_figures(data, data["keys"], state["smooth"])
+    if len(state["runs"]) >= 2:
+        try:
+            figs["diff"], _ = window_diff(state["runs"][0], state["runs"][1])
+        except api.ApiError:
+            pass  # runs without stored window maps cannot be diffed
+    lines = [f"{row['run']}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in row.items() if k != "run")
+             for row in compare_table(data).to_dict("records")]
+    return Section(f"Compare runs ({state['agg']})", figs, lines)
+
+
+def _fmt(v: Any) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
+
+
+def runs_frame(runs: list[dict], all_params: bool) -> pd.DataFrame:
+    """The runs table: identity, status, progress, key metrics, then params (only those that differ
+    between the listed runs unless `all_params`)."""
+    keys = sorted({k for r in runs for k in (r.get("params") or {})}) if all_params else S.differing_params(runs)
+    rows = []
+    for r in runs:
+        s, p, prog = r.get("summary") or {}, r.get("params") or {}, r.get("progress")
+        rows.append({"id": r["id"], "name": r["name"], "status": r["status"], "preset": r.get("preset"),
+                     "experiment": r.get("experiment"),
+                     "progress": f"{prog['step']}/{prog['total_steps']}" if prog else "",
+                     "val_loss": s.get("val_loss"), "acr": s.get("acr"),
+                     "causal_coverage": s.get("causal_coverage"),
+                     **{f"param {k}": p.get(k) for k in keys}})
+    return pd.DataFrame(rows)
+
+
+def runs_section(state: dict) -> Section:
+    runs = api.call("runs", experiment=state["experiment"] or None, preset=state["preset"] or None,
+                    status=state["status"] or None, limit=500)
+    df = runs_frame(S.filter_runs(runs, state["q"]), state["allparams"])
+    table = go.Figure(go.Table(header=dict(values=list(df.columns)),
+                               cells=dict(values=[df[c].astype(str).tolist() for c in df.columns])))
+    return Section("Runs", {"table": table}, [f"{len(df)} runs"])
+
+
+SECTIONS: dict[str, Callable[[dict], Section]] = {
+    "editor": editor_section, "attention": attention_section, "acr": acr_section,
+    "compare": compare_section, "runs": runs_section,
+}
+
+
+def build_section(page: str, state: dict) -> Section:
+    """The Section for a saved view: its page and state (unknown fields ignored, missing defaulted)."""
+    if page not in SECTIONS:
+        raise ValueError(f"a view of page {page!r} cannot be shown; known pages: {', '.join(SECTIONS)}")
+    full = S.defaults(page)
+    full.update({k: v for k, v in state.items() if k in full})
+    return SECTIONS[page](full)

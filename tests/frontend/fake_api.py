@@ -1,0 +1,185 @@
+"""A fake `ApiClient` answering like docs/api.md, recording every call (for AppTest page tests)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+from aah_client import ApiError
+
+N_LAYER, N_HEAD, T = 2, 4, 32
+BUCKETS = [4, 8, 16, None]
+OWN = [[4, 8, None, 16], [8, None, 4, 4]]
+
+
+def _coverage(plan):
+    ws = [min(T, T if w is None else w) for row in plan for w in row]
+    pairs = sum(w * T - w * (w - 1) / 2 for w in ws)
+    return {"acr": sum(ws) / (T * len(ws)), "causal_coverage": pairs / (T * (T + 1) / 2 * len(ws)),
+            "tile_coverage": 1.0}
+
+
+def _loss(plan):
+    return 2.0 + 0.5 * (1 - _coverage(plan)["causal_coverage"])
+
+
+def _attn(window):
+    n = 6
+    full = [[(1.0 / (i + 1) if j <= i else None) for j in range(n)] for i in range(n)]
+    w = window or n
+    win = [[(1.0 / min(i + 1, w) if i - w < j <= i else (0.0 if j <= i else None)) for j in range(n)] for i in range(n)]
+    cut = [sum(full[i][j] for j in range(i + 1) if j <= i - w) for i in range(n)]
+    return full, win, cut
+
+
+class FakeApi:
+    def __init__(self, fail: dict[str, ApiError] | None = None):
+        self.calls: list[tuple[str, tuple, dict]] = []
+        self.fail = fail or {}
+        self.views_store: list[dict] = []
+        self.runs_store = [self._run(1, "aah-demo", "FINISHED", {"lr": "0.001", "seed": "0"}, 2.3, 0.4),
+                           self._run(2, "uniform-16", "RUNNING", {"lr": "0.001", "seed": "1"}, 2.5, 0.5),
+                           self._run(3, "paper AAH-v3", "FINISHED", {"lr": "0.0006", "seed": "0"}, 3.1, 0.3,
+                                     experiment="paper (reported)", read_only=True)]
+
+    def _run(self, i, name, status, params, loss, cov, experiment="demo", read_only=False):
+        return {"id": i, "name": name, "experiment": experiment, "status": status, "preset": "demo",
+                "params": params, "summary": {"val_loss": loss, "causal_coverage": cov, "acr": cov + 0.1},
+                "created_at": "2026-01-01T00:00:00", "started_at": None, "ended_at": None,
+                "progress": {"step": 10, "total_steps": 50} if status == "RUNNING" else None,
+                "error": None, "read_only": read_only, "checkpoint": None, "data_hash": None, "git_rev": None}
+
+    def _rec(self, name, *args, **kwargs):
+        self.calls.append((name, args, kwargs))
+        if name in self.fail:
+            raise self.fail[name]
+
+    def called(self, name):
+        return [c for c in self.calls if c[0] == name]
+
+    # endpoints
+    def health(self):
+        self._rec("health")
+        return {"status": "ok", "version": "test", "models": 1, "runs": len(self.runs_store)}
+
+    def models(self):
+        self._rec("models")
+        return [{"id": "demo", "name": "demo", "n_layer": N_LAYER, "n_head": N_HEAD, "seq_len": T,
+                 "preset": "demo", "buckets": BUCKETS, "n_params": 1000, "run_id": 1}]
+
+    def model_windows(self, model_id):
+        self._rec("model_windows", model_id)
+        return {"model_id": model_id, "seq_len": T, "windows": copy.deepcopy(OWN), **_coverage(OWN)}
+
+    def model_texts(self, model_id):
+        self._rec("model_texts", model_id)
+        return [{"id": "t1", "name": "text one", "kind": "text", "n_tokens": 6, "preview": "a b c"},
+                {"id": "c1", "name": "copy task", "kind": "copy", "n_tokens": 6, "preview": "x y"}]
+
+    def presets(self):
+        self._rec("presets")
+        return [{"name": "demo", "description": "the demo", "group": "demo"},
+                {"name": "aah-v3", "description": "paper", "group": "paper"}]
+
+    def evaluate(self, model_id, windows, eval_set="mixed", per_token=False):
+        self._rec("evaluate", model_id, windows, eval_set=eval_set, per_token=per_token)
+        loss, base = _loss(windows), _loss(OWN)
+        pt = None
+        if per_token:
+            pt = {"tokens": ["a", "b", "c", "d"], "loss": [loss] * 4, "baseline": [base] * 4,
+                  "delta": [loss - base, 0.0, None, 0.1]}
+        return {"loss": loss, "baseline_loss": base, "delta": loss - base, "delta_pct": 100 * (loss - base) / base,
+                "perplexity": math.exp(loss), **_coverage(windows), "windows": windows, "eval_set": eval_set,
+                "elapsed_ms": 12.0, "cached": False, "per_token": pt}
+
+    def attention(self, model_id, layer, head, text_id=None, window=None, text=None):
+        self._rec("attention", model_id, layer, head, text_id=text_id, window=window)
+        w = OWN[layer][head] if window is None else (None if window >= T else window)
+        full, win, cut = _attn(w)
+        return {"layer": layer, "head": head, "window": w, "seq_len": T, "tokens": list("abcdef"),
+                "full": full, "windowed": win, "cut_mass": cut, "pool": 1, "n_tokens": 6}
+
+    def retained_mass(self, model_id, text_id=None):
+        self._rec("retained_mass", model_id, text_id=text_id)
+        return {"buckets": BUCKETS, "mass": [[[0.5, 0.7, 0.9, 1.0]] * N_HEAD] * N_LAYER}
+
+    def sensitivity(self, model_id, eval_set="mixed"):
+        self._rec("sensitivity", model_id, eval_set=eval_set)
+        return {"buckets": BUCKETS, "baseline_loss": 2.0, "delta": [[[0.3, 0.2, 0.1, 0.0]] * N_HEAD] * N_LAYER}
+
+    def allocate(self, model_id, budget, metric="causal_coverage", eval_set="mixed"):
+        self._rec("allocate", model_id, budget, metric=metric, eval_set=eval_set)
+        plan = [[8] * N_HEAD for _ in range(N_LAYER)]
+        return {"windows": plan, "loss": _loss(plan), "baseline_loss": _loss(OWN), **_coverage(plan),
+                "curve": [{"acr": 1.0, "causal_coverage": 1.0, "loss": 2.0},
+                          {**_coverage(plan), "loss": _loss(plan)}]}
+
+    def runs(self, experiment=None, preset=None, status=None, limit=100, offset=0):
+        self._rec("runs", experiment=experiment, preset=preset, status=status, limit=limit)
+        return [r for r in self.runs_store if (not experiment or r["experiment"] == experiment)
+                and (not status or r["status"] == status)]
+
+    def run(self, run_id):
+        self._rec("run", run_id)
+        for r in self.runs_store:
+            if r["id"] == run_id:
+                return r
+        raise ApiError(404, f"run {run_id} not found")
+
+    def run_metrics(self, run_id, keys=None, min_step=None, max_step=None):
+        self._rec("run_metrics", run_id, keys=keys)
+        steps = [0, 10, 20, 30]
+        series = {"val_loss": [3.0, 2.6, 2.4, 2.3], "train_loss": [3.1, 2.7, None, 2.2],
+                  "acr": [1.0, 0.8, 0.6, 0.5], "causal_coverage": [1.0, 0.7, 0.5, 0.4],
+                  "window_frac/4": [0.0, 0.2, 0.3, 0.4], "window_frac/full": [1.0, 0.8, 0.7, 0.6]}
+        return {"run_id": run_id, "series": {k: {"step": steps, "value": v, "timestamp": [0.0] * 4}
+                                             for k, v in series.items()}}
+
+    def run_windows(self, run_id, step=None):
+        self._rec("run_windows", run_id, step=step)
+        return {"run_id": run_id, "steps": [0, 10, 20, 30], "step": 30 if step is None else step, "seq_len": T,
+                "windows": copy.deepcopy(OWN)}
+
+    def create_run(self, preset, overrides=None, name=None, experiment=None):
+        self._rec("create_run", preset, overrides=overrides, name=name, experiment=experiment)
+        run = self._run(len(self.runs_store) + 1, name or preset, "SCHEDULED", {}, None, None)
+        self.runs_store.append(run)
+        return run
+
+    def cancel_run(self, run_id):
+        self._rec("cancel_run", run_id)
+        return {**self.run(run_id), "status": "KILLED"}
+
+    def compare_runs(self, run_ids, keys=None, agg="last", step=None):
+        self._rec("compare_runs", run_ids, keys=keys, agg=agg, step=step)
+        keys = keys or ["val_loss"]
+        runs = [self.run(i) for i in run_ids]
+        series = {str(i): {k: self.run_metrics(i)["series"][k] for k in keys} for i in run_ids}
+        return {"keys": keys, "runs": runs, "table": [{"run_id": i, "values": {k: 2.0 + i for k in keys}}
+                                                      for i in run_ids], "series": series}
+
+    def windows_diff(self, a, b):
+        self._rec("windows_diff", a, b)
+        pb = copy.deepcopy(OWN)
+        pb[0][0] = None
+        return {"a": copy.deepcopy(OWN), "b": pb,
+                "changed": [[l == 0 and h == 0 for h in range(N_HEAD)] for l in range(N_LAYER)], "n_changed": 1}
+
+    def views(self):
+        self._rec("views")
+        return list(self.views_store)
+
+    def view(self, view_id):
+        self._rec("view", view_id)
+        return next(v for v in self.views_store if v["id"] == view_id)
+
+    def create_view(self, name, page, state):
+        self._rec("create_view", name, page, state)
+        v = {"id": len(self.views_store) + 1, "name": name, "page": page, "state": state,
+             "created_at": "2026-01-01T00:00:00"}
+        self.views_store.append(v)
+        return v
+
+    def delete_view(self, view_id):
+        self._rec("delete_view", view_id)
+        self.views_store = [v for v in self.views_store if v["id"] != view_id]
