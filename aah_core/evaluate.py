@@ -64,9 +64,11 @@ class PrefixCachedEvaluator:
         self.layers_recomputed = self.model.config.n_layer - start
         return self._final
 
+    @torch.no_grad()
     def loss(self, plan: torch.Tensor) -> float:
         return _mean_loss(self.model.logits(self.final_residual(plan)), self.batch.targets)
 
+    @torch.no_grad()
     def token_losses(self, plan: torch.Tensor) -> torch.Tensor:
         """Per-token losses [B, T] (0 where the target is ignored)."""
         return token_losses(self.model.logits(self.final_residual(plan)), self.batch.targets)

@@ -1,0 +1,59 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from aah_core.cli import main
+
+
+def run_cli(*args):
+    proc = subprocess.run([sys.executable, "-m", "aah_core.cli", *args], capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "ckpt"
+    assert main(["train", "--preset", "tiny", "--out", str(out), "--quiet", "--set", "train.max_steps=3"]) == 0
+    return out
+
+
+def test_presets_lists_names(capsys):
+    assert main(["presets"]) == 0
+    assert "demo" in capsys.readouterr().out
+
+
+def test_eval_prints_loss_and_coverage(tiny_ckpt, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps([[4, None], [16, 4]]))
+    assert main(["eval", str(tiny_ckpt), "--windows", str(plan)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("loss ") and "acr 0.3438" in out  # (4/64 + 1 + 16/64 + 4/64) / 4 and "causal_coverage" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--preset", "nope"], "unknown preset 'nope'"),
+    (["train", "--preset", "tiny", "--set", "train.lr"], "--set expects key=value"),
+    (["train", "--preset", "tiny", "--set", "train.max_steps=abc"], "train.max_steps expects a int"),
+    (["eval", "/nonexistent/ckpt"], "no such checkpoint directory"),
+])
+def test_errors_are_one_line_without_traceback(args, message):
+    code, out, err = run_cli(*args)
+    assert code == 2
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_malformed_plan_file(tiny_ckpt, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[[4, 0], [1, 1]]")
+    code, _, err = run_cli("eval", str(tiny_ckpt), "--windows", str(bad))
+    assert code == 2 and "layer 0, head 1: window 0 is invalid" in err
+    bad.write_text("{oops")
+    code, _, err = run_cli("eval", str(tiny_ckpt), "--windows", str(bad))
+    assert code == 2 and "cannot read a JSON plan" in err and "Traceback" not in err
+
+
+def test_bad_flag_exits_nonzero():
+    code, _, err = run_cli("train", "--preset", "tiny", "--bogus")
+    assert code == 2 and "unrecognized arguments" in err

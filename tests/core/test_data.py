@@ -1,0 +1,61 @@
+import math
+
+import pytest
+import torch
+
+from aah_core.config import DataConfig
+from aah_core.data import DataStream, copy_chance
+from aah_core.data.synthetic import copy_sequences, recall_sequences
+from aah_core.data.tokenizers import ByteTokenizer, make_tokenizer
+from aah_core.errors import InvalidConfig
+
+
+def test_default_corpus_split_and_hash_are_deterministic():
+    a, b = DataStream(DataConfig(), 64), DataStream(DataConfig(), 64)
+    assert a.data_hash == b.data_hash
+    assert torch.equal(a.corpus.val, b.corpus.val)
+    assert len(a.corpus.train) > 10 * len(a.corpus.val) > 0
+    assert torch.equal(a.eval_batch("mixed", 6).idx, b.eval_batch("mixed", 6).idx)
+    assert torch.equal(a.train_batch(4)[0], b.train_batch(4)[0])  # same seed, same batches
+
+
+def test_user_file_corpus_and_hash_changes_with_content(tmp_path):
+    f = tmp_path / "t.txt"
+    f.write_text("hello world " * 200)
+    h1 = DataStream(DataConfig(corpus=str(f)), 32).data_hash
+    f.write_text("hello there " * 200)
+    assert DataStream(DataConfig(corpus=str(f)), 32).data_hash != h1
+
+
+def test_missing_corpus_is_a_clear_error(tmp_path):
+    with pytest.raises(InvalidConfig, match="neither 'default' nor an existing file"):
+        DataStream(DataConfig(corpus=str(tmp_path / "nope")), 32)
+
+
+def test_copy_task_answers_are_exactly_span_back():
+    gen = torch.Generator().manual_seed(0)
+    x, y, spans = copy_sequences(ByteTokenizer(), 8, 64, 5, 20, gen)
+    for row in range(8):
+        s = int(spans[row])
+        answers = (y[row] >= 0).nonzero().flatten()
+        assert answers[0] == s - 1 and len(answers) == 64 - s + 1
+        for t in answers.tolist():  # target t is token t+1, which equals token t+1-s
+            assert y[row, t] == x[row, t + 1 - s]
+    assert copy_chance() == pytest.approx(math.log(62))
+
+
+def test_recall_task_values_follow_their_keys():
+    gen = torch.Generator().manual_seed(1)
+    x, y, dist = recall_sequences(ByteTokenizer(), 2, 128, gen)
+    row_x, row_y = x[0].tolist(), y[0].tolist()
+    answers = [t for t, v in enumerate(row_y) if v >= 0]
+    assert answers and (dist > 0).all()
+    for t in answers:
+        key = row_x[t]  # the query key sits just before the value to recall
+        first = row_x.index(key)
+        assert row_y[t] == row_x[first + 1]
+
+
+def test_gpt2_tokenizer_needs_local_files(tmp_path):
+    with pytest.raises(InvalidConfig, match="encoder.json and vocab.bpe"):
+        make_tokenizer("gpt2", str(tmp_path))
