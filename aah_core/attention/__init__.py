@@ -2,7 +2,13 @@
 
 Semantics (one definition everywhere): head h with window w lets query i attend keys j
 with i - w < j <= i. Backends are modules with NAME, SUPPORTS_GRAD, available(device)
-and attend(q, k, v, windows, dropout_p, scale); `auto` picks the fastest usable one.
+and attend(q, k, v, windows, dropout_p, scale); optionally supports_grad(device) (which
+then overrides SUPPORTS_GRAD) and check_inputs(device, dtype, dropout_p) -> reason or "".
+
+`auto` picks the fastest usable backend (bench/attention.py has the measurements):
+CPU -> banded (compiled flex is forward-only there, slower to start and not faster);
+CUDA -> flash, else flex, else banded, each only if it can take the dtype, the dropout
+and the gradient the call needs.
 """
 
 from __future__ import annotations
@@ -12,13 +18,14 @@ from types import ModuleType
 
 import torch
 
-from aah_core.attention import banded, reference
+from aah_core.attention import banded, flash, flex, reference
 from aah_core.errors import BackendUnavailable
 from aah_core.windows import check_head_windows
 
-BACKENDS: dict[str, ModuleType] = {m.NAME: m for m in (reference, banded)}
+BACKENDS: dict[str, ModuleType] = {m.NAME: m for m in (reference, banded, flex, flash)}
+AUTO_ORDER = {"cuda": ("flash", "flex", "banded")}  # every other device: banded
 
-__all__ = ["windowed_attention", "available_backends", "resolve_backend", "BACKENDS"]
+__all__ = ["windowed_attention", "available_backends", "backend_status", "resolve_backend", "BACKENDS"]
 
 
 def available_backends(device: torch.device | str = "cpu") -> list[str]:
@@ -27,19 +34,51 @@ def available_backends(device: torch.device | str = "cpu") -> list[str]:
     return [name for name, mod in BACKENDS.items() if mod.available(device)[0]]
 
 
-def resolve_backend(backend: str, device: torch.device, needs_grad: bool) -> ModuleType:
-    """The backend module for a name (or `auto`), or a clear error saying why it can't run."""
+def backend_status(device: torch.device | str = "cpu") -> dict[str, str]:
+    """Every backend's name -> "" when usable on `device`, else the reason it is not."""
+    device = torch.device(device)
+    status = {name: mod.available(device) for name, mod in BACKENDS.items()}
+    return {name: "" if ok else reason for name, (ok, reason) in status.items()}
+
+
+def supports_grad(mod: ModuleType, device: torch.device) -> bool:
+    """Whether a backend module can backpropagate on `device`."""
+    fn = getattr(mod, "supports_grad", None)
+    return bool(fn(device)) if fn is not None else bool(mod.SUPPORTS_GRAD)
+
+
+def _why_not(mod: ModuleType, device: torch.device, needs_grad: bool, dtype: torch.dtype | None, dropout_p: float) -> str:
+    ok, reason = mod.available(device)
+    if not ok:
+        return f"unavailable on {device}: {reason}"
+    if needs_grad and not supports_grad(mod, device):
+        return f"forward-only on {device.type}; gradients were requested (use 'banded' or torch.no_grad())"
+    check = getattr(mod, "check_inputs", None)
+    if check is not None and dtype is not None:
+        return check(device, dtype, dropout_p)
+    return ""
+
+
+def resolve_backend(
+    backend: str,
+    device: torch.device,
+    needs_grad: bool,
+    dtype: torch.dtype | None = None,
+    dropout_p: float = 0.0,
+) -> ModuleType:
+    """The backend module for a name (or `auto`), or a BackendUnavailable saying why it can't run."""
+    device = torch.device(device)
     if backend == "auto":
+        for name in AUTO_ORDER.get(device.type, ("banded",)):
+            if not _why_not(BACKENDS[name], device, needs_grad, dtype, dropout_p):
+                return BACKENDS[name]
         return BACKENDS["banded"]
     if backend not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {backend!r}; choose one of {['auto', *BACKENDS]}")
-    mod = BACKENDS[backend]
-    ok, reason = mod.available(device)
-    if not ok:
-        raise BackendUnavailable(f"backend {backend!r} is unavailable on {device}: {reason}")
-    if needs_grad and not mod.SUPPORTS_GRAD:
-        raise BackendUnavailable(f"backend {backend!r} is forward-only here; gradients were requested")
-    return mod
+    reason = _why_not(BACKENDS[backend], device, needs_grad, dtype, dropout_p)
+    if reason:
+        raise BackendUnavailable(f"backend {backend!r}: {reason}")
+    return BACKENDS[backend]
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -81,7 +120,7 @@ def windowed_attention(
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    mod = resolve_backend(backend, q.device, needs_grad)
+    mod = resolve_backend(backend, q.device, needs_grad, q.dtype, dropout_p)
     return mod.attend(q, k, v, head_windows, dropout_p, scale)
 
 

@@ -1,0 +1,123 @@
+"""The `flex` backend: one compiled FlexAttention call with a per-head block mask.
+
+The block mask is built from window arithmetic (masks.window_block_tables), not from a
+dense [H, T, T] evaluation, and cached per (windows, T, device). The kernel skips every
+tile outside a head's window. On CPU, Inductor only has a forward kernel, so this backend
+is inference-only there; on CUDA it trains.
+
+The compiled path is verified on every call: the compiled function also returns
+``torch.compiler.is_compiling()``, which is a constant True inside a compiled graph and
+False if Dynamo ever ran the function eagerly (graph break, recompile limit), so a silent
+fallback to the unfused, dense flex implementation raises instead of running slowly.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from aah_core.attention.masks import generate_window_mask, window_block_tables
+from aah_core.errors import BackendUnavailable
+
+logger = logging.getLogger(__name__)
+
+NAME = "flex"
+SUPPORTS_GRAD = False  # not on every device: see supports_grad(device)
+BLOCK = 128
+RECOMPILE_LIMIT = 32  # distinct (B, T, dtype, ...) shapes per process before we refuse
+
+stats = {"compiled_calls": 0, "eager_calls": 0}  # read by bench/attention.py
+
+
+def available(device: torch.device) -> tuple[bool, str]:
+    try:
+        from torch.nn.attention import flex_attention  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - every supported torch has it
+        return False, f"torch {torch.__version__} has no FlexAttention ({exc})"
+    if device.type == "cuda":
+        return (True, "") if torch.cuda.is_available() else (False, "CUDA is not available")
+    if device.type != "cpu":
+        return False, f"FlexAttention is not supported on {device.type}"
+    return _cpu_support()
+
+
+@functools.cache
+def _cpu_support() -> tuple[bool, str]:
+    import shutil
+
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        return False, f"compiled FlexAttention on CPU needs AVX2; this CPU has {torch.backends.cpu.get_cpu_capability()}"
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        return False, "compiled FlexAttention on CPU needs a C++ compiler (g++) for Inductor"
+    return True, ""
+
+
+def supports_grad(device: torch.device) -> bool:
+    """FlexAttention's backward is lowered for CUDA only."""
+    return device.type == "cuda"
+
+
+def check_inputs(device: torch.device, dtype: torch.dtype, dropout_p: float) -> str:
+    """Reason flex can't run such inputs, or ""."""
+    if dropout_p > 0.0:
+        return "FlexAttention has no attention dropout; use backend 'banded' (or 'flash' on CUDA) to train with dropout"
+    if device.type == "cpu" and dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return f"compiled FlexAttention on CPU takes float32/bfloat16/float16, not {dtype}; use 'banded' or 'reference'"
+    return ""
+
+
+@functools.lru_cache(maxsize=64)
+def block_mask(windows: tuple[int, ...], T: int, device: torch.device) -> Any:
+    """The BlockMask for one layer's windows at length T (broadcast over batch); cached."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    windows = tuple(min(w, T) for w in windows)
+    mask_mod = generate_window_mask(torch.tensor(windows, device=device))
+    return BlockMask.from_kv_blocks(
+        *window_block_tables(windows, T, BLOCK, device), BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=(T, T)
+    )
+
+
+def _flex_and_flag(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, scale: float | None) -> Any:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(q, k, v, block_mask=mask, scale=scale), torch.compiler.is_compiling()
+
+
+@functools.cache
+def _compiled() -> Callable[..., Any]:
+    # static shapes: one kernel per (B, H, T, D, dtype); dynamic shapes would give the CPU
+    # template symbolic block counts for no gain here
+    return torch.compile(_flex_and_flag, fullgraph=True, dynamic=False)
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    windows: tuple[int, ...],
+    dropout_p: float,
+    scale: float | None,
+) -> torch.Tensor:
+    """q, k, v: [B, H, T, D]; windows: H ints >= 1. Returns [B, H, T, D]."""
+    reason = check_inputs(q.device, q.dtype, dropout_p)
+    if reason:
+        raise BackendUnavailable(f"backend 'flex': {reason}")
+    wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if wants_grad and not supports_grad(q.device):
+        raise BackendUnavailable(
+            "backend 'flex' is forward-only on CPU (no CPU backward in Inductor); "
+            "use 'banded' to train, or call under torch.no_grad()"
+        )
+    mask = block_mask(tuple(windows), q.shape[-2], q.device)
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
+        out, compiled = _compiled()(q, k, v, mask, scale)
+    if not compiled:
+        stats["eager_calls"] += 1
+        raise BackendUnavailable("backend 'flex': torch.compile fell back to eager FlexAttention (dense scores)")
+    stats["compiled_calls"] += 1
+    return out
