@@ -115,14 +115,25 @@ def _as_matrix(rows: Sequence[Sequence[float | None]]) -> np.ndarray:
     return z
 
 
-def band_coordinates(n: int, window: int | None) -> dict[str, tuple[float, float, float, float]]:
-    """Lines bounding the attended band in cell coordinates (cell (i, j) is centred at x=j, y=i).
-    `diagonal` is the causal edge x = y + 0.5; `window` is the window's far edge x = y - w + 0.5,
-    between the last cut key j = i - w and the first kept key j = i - w + 1. Each is (x0, y0, x1, y1)."""
-    out = {"diagonal": (-0.5, -0.5, n - 0.5, n - 0.5)}
+def band_coordinates(n: int, window: int | None) -> dict[str, list[tuple[float, float]]]:
+    """Staircase edges of the attended band in cell coordinates (cell (i, j) is centred at x=j, y=i).
+    `diagonal` runs along x = i + 0.5 (the causal edge right of key j = i); `window` along
+    x = i - w + 0.5, between the last cut key j = i - w and the first kept key j = i - w + 1, for the
+    rows i >= w that lose keys. Each edge is a list of (x, y) vertices."""
+    diagonal = [(-0.5, -0.5)]
+    for i in range(n):
+        diagonal += [(i + 0.5, i - 0.5), (i + 0.5, i + 0.5)]
+    out = {"diagonal": diagonal}
     if window is not None and window < n:
-        out["window"] = (-0.5, window - 0.5, n - 0.5 - window, n - 0.5)
+        edge = [(-0.5, window - 0.5)]
+        for i in range(window, n):
+            edge += [(i - window + 0.5, i - 0.5), (i - window + 0.5, i + 0.5)]
+        out["window"] = edge
     return out
+
+
+def _svg_path(points: list[tuple[float, float]]) -> str:
+    return "M " + " L ".join(f"{x},{y}" for x, y in points)
 
 
 def attention_figure(weights: Sequence[Sequence[float | None]], tokens: Sequence[str], window: int | None,
@@ -143,10 +154,10 @@ def attention_figure(weights: Sequence[Sequence[float | None]], tokens: Sequence
         hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>distance %{customdata[2]}"
                       "<br>weight %{z:.3f}<extra></extra>"))
     band = band_coordinates(n, None if window is None else max(1, math.ceil(window / pool)))
-    shapes = [dict(type="line", x0=x0, y0=y0, x1=x1, y1=y1, xref="x", yref="y",
+    shapes = [dict(type="path", path=_svg_path(points), xref="x", yref="y", name=name,
                    line=dict(color="#e4572e" if name == "window" else "#888888", width=2,
-                             dash="solid" if name == "window" else "dot"), name=name)
-              for name, (x0, y0, x1, y1) in band.items()]
+                             dash="solid" if name == "window" else "dot"))
+              for name, points in band.items()]
     fig.update_layout(shapes=shapes)
     _token_axes(fig, labels)
     wl = window_label(window)

@@ -233,6 +233,16 @@ def encode_state(page: str, state: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def coerce_state(page: str, state: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored state (URL text, typed values, or a mix, as saved views hold) -> the page's full state."""
+    text = {}
+    for name, (kind, _) in PAGE_STATE[page].items():
+        if name in state and state[name] is not None:
+            v = state[name]
+            text[name] = v if isinstance(v, str) else _encode_value(kind, v)
+    return decode_state(page, text)
+
+
 def share_url(base_url: str, page: str, state: Mapping[str, Any]) -> str:
     """The link that reopens this view: `<app>/<page>?<state>`."""
     query = urlencode(encode_state(page, state))

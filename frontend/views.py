@@ -235,6 +235,4 @@ def build_section(page: str, state: dict) -> Section:
     """The Section for a saved view: its page and state (unknown fields ignored, missing defaulted)."""
     if page not in SECTIONS:
         raise ValueError(f"a view of page {page!r} cannot be shown; known pages: {', '.join(SECTIONS)}")
-    full = S.defaults(page)
-    full.update({k: v for k, v in state.items() if k in full})
-    return SECTIONS[page](full)
+    return SECTIONS[page](S.coerce_state(page, state))

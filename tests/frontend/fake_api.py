@@ -44,15 +44,15 @@ class FakeApi:
 
     def _run(self, i, name, status, params, loss, cov, experiment="demo", read_only=False):
         return {"id": i, "name": name, "experiment": experiment, "status": status, "preset": "demo",
-                "params": params, "summary": {"val_loss": loss, "causal_coverage": cov, "acr": cov + 0.1},
+                "params": params, "summary": {"val_loss": loss, "causal_coverage": cov, "acr": None if cov is None else cov + 0.1},
                 "created_at": "2026-01-01T00:00:00", "started_at": None, "ended_at": None,
                 "progress": {"step": 10, "total_steps": 50} if status == "RUNNING" else None,
                 "error": None, "read_only": read_only, "checkpoint": None, "data_hash": None, "git_rev": None}
 
-    def _rec(self, name, *args, **kwargs):
-        self.calls.append((name, args, kwargs))
-        if name in self.fail:
-            raise self.fail[name]
+    def _rec(self, _method, *args, **kwargs):
+        self.calls.append((_method, args, kwargs))
+        if _method in self.fail:
+            raise self.fail[_method]
 
     def called(self, name):
         return [c for c in self.calls if c[0] == name]

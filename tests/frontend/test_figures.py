@@ -1,0 +1,141 @@
+"""Figure builders: shapes, axis orders, colour ranges, band coordinates, NaN upper triangle."""
+
+import math
+
+import numpy as np
+import pytest
+
+from frontend import figures as F
+
+PLAN = [[4, 8, None, 16], [8, None, 4, 4]]
+
+
+def attn(n=6):
+    return [[(1.0 / (i + 1) if j <= i else None) for j in range(n)] for i in range(n)]
+
+
+def test_window_grid_layer_rows_head_columns_and_discrete_colours():
+    fig = F.window_grid_figure(PLAN, [4, 8, 16, None], changed=[[True, False, False, False], [False] * 4],
+                               selected=(1, 2))
+    hm = fig.data[0]
+    assert np.array(hm.z).shape == (2, 4)  # rows = layers, columns = heads
+    assert hm.text[0][2] == "full" and hm.text[1][0] == "8"
+    assert hm.zmin == 0 and hm.zmax == 3  # levels 4, 8, 16, full
+    assert hm.z[0][2] == 3 and hm.z[0][0] == 0  # full is the widest colour
+    assert list(hm.colorbar.ticktext) == ["4", "8", "16", "full"]
+    assert fig.layout.yaxis.autorange == "reversed"  # layer 0 on top
+    rects = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert [(r.x0, r.y0, r.line.color) for r in rects] == [(-0.5, -0.5, "#ff2d55"), (1.5, 0.5, "#000000")]
+
+
+def test_window_diff_outlines_changed_cells_in_both_maps():
+    b = [list(r) for r in PLAN]
+    b[1][3] = None
+    changed = [[False] * 4, [False, False, False, True]]
+    fig = F.window_diff_figure(PLAN, b, changed, names=("run 1", "run 2"))
+    assert len(fig.data) == 2 and fig.data[0].zmax == fig.data[1].zmax
+    assert {(s.xref, s.x0, s.y0) for s in fig.layout.shapes} == {("x", 2.5, 0.5), ("x2", 2.5, 0.5)}
+    assert "1 head(s) differ" in fig.layout.title.text
+
+
+def test_attention_figure_blank_upper_triangle_and_fixed_scale():
+    w = attn()
+    w[0][3] = 0.7  # a value above the diagonal must still be blanked
+    fig = F.attention_figure(w, list("abcdef"), window=2)
+    z = np.array(fig.data[0].z, dtype=float)
+    assert np.isnan(z[np.triu_indices(6, k=1)]).all()
+    assert not np.isnan(z[np.tril_indices(6)]).any()
+    hm = fig.data[0]
+    assert (hm.zmin, hm.zmax, hm.hoverongaps) == (0, 1, False)
+    assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis.title.text == "query"
+    assert fig.layout.xaxis.title.text == "key"
+    assert hm.customdata[4][1][0] == "(4) e" and hm.customdata[4][1][1] == "(1) b" and hm.customdata[4][1][2] == 3
+
+
+def test_band_coordinates_separate_kept_from_cut_keys():
+    band = F.band_coordinates(6, 2)
+    assert band["diagonal"][:3] == [(-0.5, -0.5), (0.5, -0.5), (0.5, 0.5)]  # right of key 0 in row 0
+    edge = band["window"]
+    assert edge[0] == (-0.5, 1.5)  # rows 0 and 1 keep every key; row 2 is the first to lose one
+    # row 4 keeps keys 3, 4 (w = 2): its edge is the vertical segment x = 2.5 from y = 3.5 to 4.5
+    assert ((2.5, 3.5), (2.5, 4.5)) in list(zip(edge, edge[1:]))
+    assert edge[-1] == (3.5, 5.5)
+    assert "window" not in F.band_coordinates(6, None) and "window" not in F.band_coordinates(6, 6)
+
+
+def test_attention_band_shapes_follow_pooling():
+    fig = F.attention_figure(attn(8), list("abcdefgh"), window=8, pool=4)  # window 8 tokens = 2 pooled blocks
+    paths = {s.name: s.path for s in fig.layout.shapes}
+    assert paths["window"].startswith("M -0.5,1.5 L 0.5,1.5")
+    assert paths["diagonal"].startswith("M -0.5,-0.5 L 0.5,-0.5")
+    assert F.attention_figure(attn(), list("abcdef"), window=None).layout.title.text.endswith("(window full)")
+
+
+def test_attention_diff_is_diverging_and_symmetric():
+    full = attn()
+    win = [[(v * 0.5 if v is not None else None) for v in row] for row in full]
+    fig = F.attention_diff_figure(full, win, list("abcdef"))
+    hm = fig.data[0]
+    assert hm.colorscale[0][1] != hm.colorscale[-1][1] and hm.zmid == 0
+    assert hm.zmin == -hm.zmax == pytest.approx(-0.5)
+    assert np.isnan(np.array(hm.z, dtype=float)[0, 1])
+
+
+def test_cut_mass_bars_on_query_axis():
+    fig = F.cut_mass_figure([0.0, 0.2, 0.5], list("abc"))
+    assert list(fig.data[0].x) == [0.0, 0.2, 0.5] and fig.layout.yaxis.autorange == "reversed"
+    assert tuple(fig.layout.xaxis.range) == (0, 1)
+
+
+def test_retained_mass_marks_the_assigned_window():
+    fig = F.retained_mass_figure([4, 8, None], [0.5, 0.8, 1.0], 8, seq_len=32, tau=0.9)
+    assert list(fig.data[0].x) == [4, 8, 32] and fig.layout.xaxis.type == "log"
+    vlines = [s for s in fig.layout.shapes if s.x0 == s.x1]
+    assert vlines and vlines[0].x0 == 8
+    full = F.retained_mass_figure([4, None], [0.5, 1.0], None, seq_len=32)
+    assert [s.x0 for s in full.layout.shapes if s.x0 == s.x1] == [32]
+
+
+def test_sensitivity_heatmap_shape_and_centre():
+    delta = [[[0.3, 0.0], [0.1, 0.0]], [[-0.05, 0.0], [0.2, 0.0]]]
+    fig = F.sensitivity_figure(delta, [4, None], 0)
+    hm = fig.data[0]
+    assert np.array(hm.z).tolist() == [[0.3, 0.1], [-0.05, 0.2]]
+    assert hm.zmid == 0 and hm.zmax == pytest.approx(0.3) and hm.zmin == pytest.approx(-0.3)
+
+
+def test_token_delta_strip():
+    fig = F.token_delta_figure(["a", "b", "c"], [0.2, None, -0.1])
+    hm = fig.data[0]
+    z = np.array(hm.z, dtype=float)
+    assert z.shape == (1, 3) and math.isnan(z[0, 1]) and hm.zmax == pytest.approx(0.2) and hm.zmid == 0
+
+
+@pytest.mark.parametrize("metric", ["acr", "causal_coverage"])
+def test_loss_coverage_axes_name_the_metric(metric):
+    fig = F.loss_coverage_figure(metric, runs=[{"x": 0.3, "y": 2.0, "name": "r"}],
+                                 curve=[{"x": 1.0, "y": 2.0}, {"x": 0.5, "y": 2.2}],
+                                 live={"x": 0.4, "y": 2.1}, baseline={"x": 0.5, "y": 2.0})
+    assert fig.layout.xaxis.title.text.startswith(metric)
+    assert [t.name for t in fig.data] == ["runs (val_loss)", "allocation curve", "model's own plan", "current edit"]
+    assert fig.data[-1].x == (0.4,)
+
+
+def test_ema_debiased_and_skips_missing():
+    assert F.ema([1.0, 2.0], 0.0) == [1.0, 2.0]
+    out = F.ema([2.0, None, 2.0, 4.0], 0.5)
+    assert out[0] == 2.0 and out[1] is None and out[2] == pytest.approx(2.0)
+    assert 2.0 < out[3] < 4.0
+
+
+def test_metric_curves_raw_points_under_smoothed_line():
+    fig = F.metric_curves_figure({"val_loss": ([0, 1, 2], [3.0, 2.0, 2.5])}, 0.6)
+    raw, line = fig.data
+    assert raw.mode == "markers" and raw.opacity < 0.5 and list(raw.y) == [3.0, 2.0, 2.5]
+    assert line.mode == "lines" and line.line.color == raw.marker.color and line.y[0] == pytest.approx(3.0)
+
+
+def test_window_fraction_stack_orders_buckets_full_last():
+    fig = F.window_fraction_figure({"full": ([0], [0.5]), "16": ([0], [0.25]), "4": ([0], [0.25])})
+    assert [t.name for t in fig.data] == ["window 4", "window 16", "window full"]
+    assert all(t.stackgroup == "frac" for t in fig.data) and tuple(fig.layout.yaxis.range) == (0, 1)

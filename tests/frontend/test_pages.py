@@ -1,0 +1,201 @@
+"""Every page under AppTest with a fake API client: renders, widgets drive the right calls, URL state
+round-trips, and failures show an error line instead of a traceback."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from aah_client import ApiError, ServiceUnavailable
+from tests.frontend.fake_api import OWN
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = ["editor", "attention", "runs", "acr", "compare", "present"]
+
+
+def page(name: str, **params) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "frontend" / "pages" / f"{name}.py"), default_timeout=30)
+    for k, v in params.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def url(at: AppTest) -> dict:
+    return {k: at.query_params[k] for k in at.query_params}
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_every_page_renders_without_error(fake_api, name):
+    fake_api.create_view("v", "editor", {})
+    at = page(name)
+    assert not at.exception and not at.error
+    assert at.title or name == "present"
+
+
+def test_app_entry_navigates_and_present_mode_hides_navigation(fake_api):
+    at = AppTest.from_file(str(ROOT / "frontend" / "app.py"), default_timeout=30).run()
+    assert not at.exception and at.title[0].value == "Window editor"
+    at.switch_page("pages/compare.py").run()
+    assert not at.exception and at.title[0].value == "Compare runs"
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_service_down_shows_an_error_line_not_a_traceback(fake_api, name):
+    down = ServiceUnavailable("cannot reach the API at http://127.0.0.1:9: connection refused")
+    fake_api.fail = {m: down for m in ("models", "runs", "views", "presets")}
+    at = page(name)
+    assert not at.exception
+    assert any("not reachable" in e.value for e in at.error)
+
+
+def test_editor_evaluates_the_models_own_plan_with_per_token(fake_api):
+    at = page("editor")
+    (_, args, kwargs), = fake_api.called("evaluate")
+    assert args == ("demo", OWN) and kwargs == {"eval_set": "mixed", "per_token": True}
+    labels = [m.label for m in at.metric]
+    assert labels == ["loss (nats)", "Δloss vs own plan", "perplexity", "acr", "causal_coverage"]
+    assert at.metric[1].value == "+0.0000"
+
+
+def test_editor_cell_edit_evaluates_the_new_plan_and_updates_the_url(fake_api):
+    at = page("editor")
+    at.selectbox(key="editor.layer").select(1).run()
+    at.selectbox(key="editor.head").select(3).run()
+    at.pills[0].set_value("16").run()
+    plan = [list(r) for r in OWN]
+    plan[1][3] = 16
+    assert fake_api.called("evaluate")[-1][1] == ("demo", plan)
+    assert url(at)["plan"] == "4.8.f.16_8.f.4.16" and url(at)["layer"] == "1" and url(at)["head"] == "3"
+    assert at.metric[1].value != "+0.0000"
+    at.button(key="editor._undo").click().run()
+    assert "plan" not in url(at)  # back to the model's own plan
+    at.button(key="editor._redo").click().run()
+    assert url(at)["plan"] == "4.8.f.16_8.f.4.16"
+
+
+def test_editor_opens_the_plan_from_a_shared_link(fake_api):
+    at = page("editor", plan="4.4.4.4_8.f.4.4", eval="copy", layer="1")
+    assert fake_api.called("evaluate")[-1][1] == ("demo", [[4, 4, 4, 4], [8, None, 4, 4]])
+    assert fake_api.called("evaluate")[-1][2]["eval_set"] == "copy"
+    assert url(at) == {"model": "demo", "plan": "4.4.4.4_8.f.4.4", "eval": "copy", "layer": "1"}
+    assert at.selectbox(key="editor.layer").value == 1
+
+
+def test_editor_ignores_a_misshaped_plan_in_the_url(fake_api):
+    page("editor", plan="4.4_8")
+    assert fake_api.called("evaluate")[-1][1] == ("demo", OWN)
+
+
+def test_editor_presets_and_bulk_edits(fake_api):
+    at = page("editor")
+    at.selectbox(key="editor._preset").select("all full").run()
+    at.button(key="editor._apply").click().run()
+    assert fake_api.called("evaluate")[-1][1][1] == [[None] * 4, [None] * 4]
+    at.selectbox(key="editor._preset").select("budgeted allocation").run()
+    at.slider(key="editor._budget").set_value(0.3).run()
+    at.button(key="editor._apply").click().run()
+    (_, args, kwargs), = fake_api.called("allocate")
+    assert args == ("demo", 0.3) and kwargs["metric"] == "causal_coverage"
+    assert fake_api.called("evaluate")[-1][1][1] == [[8] * 4, [8] * 4]
+    at.selectbox(key="editor._bulk_layer").select(0).run()
+    at.selectbox(key="editor._bulk_lw").select("4").run()
+    at.button(key="editor._set_layer").click().run()
+    assert fake_api.called("evaluate")[-1][1][1] == [[4] * 4, [8] * 4]
+    at.button(key="editor._reset").click().run()
+    assert "plan" not in url(at) and not at.exception  # own plan again (its evaluation is cached)
+
+
+def test_editor_shows_the_servers_refusal(fake_api):
+    fake_api.fail = {"evaluate": ApiError(422, "windows: layer 0, head 0: window 0 is invalid")}
+    at = page("editor")
+    assert not at.exception
+    assert any("422" in e.value and "layer 0, head 0" in e.value for e in at.error)
+
+
+def test_save_view_posts_the_page_state(fake_api):
+    at = page("editor", plan="4.4.4.4_8.f.4.4")
+    at.text_input(key="editor._viewname").input("all 4 in L0").run()
+    at.button(key="editor._saveview").click().run()
+    (_, args, _), = fake_api.called("create_view")
+    assert args == ("all 4 in L0", "editor", {"model": "demo", "plan": "4.4.4.4_8.f.4.4"})
+    assert "http://127.0.0.1:8501/editor?model=demo&plan=4.4.4.4_8.f.4.4" in [c.value for c in at.code]
+
+
+def test_attention_url_state_drives_the_request_and_round_trips(fake_api):
+    params = {"model": "demo", "text": "c1", "layer": "1", "head": "2", "window": "8"}
+    at = page("attention", **params)
+    (_, args, kwargs), = fake_api.called("attention")
+    assert args == ("demo", 1, 2) and kwargs == {"text_id": "c1", "window": 8}
+    assert url(at) == params
+    at.selectbox(key="attention.window").select("full").run()
+    assert fake_api.called("attention")[-1][2]["window"] == 32  # full = seq_len
+    at.toggle(key="attention._sens").set_value(True).run()
+    assert fake_api.called("sensitivity") and not at.exception
+
+
+def test_runs_filters_launch_and_cancel(fake_api):
+    at = page("runs", status="RUNNING")
+    assert fake_api.called("runs")[0][2]["status"] == "RUNNING"
+    at.text_area(key="runs._overrides").input("train.max_steps=20\nmodel.n_layer=2")
+    at.text_input(key="runs._name").input("smoke")
+    at.button[[b.key for b in at.button].index("FormSubmitter:runs._launch-Launch")].click().run()
+    (_, args, kwargs), = fake_api.called("create_run")
+    assert args == ("demo",) and kwargs["overrides"] == {"train.max_steps": 20, "model.n_layer": 2}
+    assert kwargs["name"] == "smoke"
+    at.button(key="runs._cancel.2").click().run()
+    assert fake_api.called("cancel_run")[0][1] == (2,)
+
+
+def test_runs_rejects_bad_overrides_without_calling_the_api(fake_api):
+    at = page("runs")
+    at.text_area(key="runs._overrides").input("no equals sign")
+    at.button[[b.key for b in at.button].index("FormSubmitter:runs._launch-Launch")].click().run()
+    assert not fake_api.called("create_run") and any("key=value" in e.value for e in at.error)
+
+
+def test_acr_page_reads_run_and_step_from_the_url(fake_api):
+    at = page("acr", run="2", step="10", smooth="0.3")
+    assert fake_api.called("run_metrics")[0][1] == (2,)
+    assert (2,) in [c[1] for c in fake_api.called("run_windows")] and fake_api.called("run_windows")[-1][2] == {"step": 10}
+    assert url(at)["run"] == "2" and url(at)["step"] == "10" and url(at)["smooth"] == "0.3"
+
+
+def test_compare_page_aggregation_and_window_diff(fake_api):
+    at = page("compare", runs="1,2", agg="max", keys="val_loss,acr")
+    (_, args, kwargs), = fake_api.called("compare_runs")
+    assert args == ([1, 2],) and kwargs == {"keys": ["val_loss", "acr"], "agg": "max", "step": None}
+    assert fake_api.called("windows_diff")
+    assert url(at) == {"runs": "1,2", "agg": "max", "keys": "val_loss,acr"}
+    at.selectbox(key="compare.agg").select("at_step").run()
+    at.number_input(key="compare.step").set_value(20).run()
+    assert fake_api.called("compare_runs")[-1][2] == {"keys": ["val_loss", "acr"], "agg": "at_step", "step": 20}
+
+
+def test_present_steps_through_saved_views(fake_api):
+    fake_api.create_view("edit", "editor", {"plan": "4.4.4.4_8.f.4.4"})
+    fake_api.create_view("head", "attention", {"layer": "1", "head": "3"})
+    at = page("present")
+    assert at.header[0].value == "edit" and fake_api.called("evaluate")
+    at.button(key="present._next").click().run()
+    assert at.header[0].value == "head" and url(at)["slide"] == "1"
+    assert fake_api.called("attention")[-1][1] == ("demo", 1, 3)
+    at.button(key="present._mode").click().run()
+    assert url(at)["mode"] == "present" and not at.exception
+
+
+def test_present_mode_from_a_link(fake_api):
+    fake_api.create_view("edit", "editor", {})
+    at = page("present", mode="present", slide="0")
+    assert not at.exception and not at.title and at.header[0].value == "edit"
+
+
+def test_frontend_never_imports_torch():
+    code = ("import sys, importlib\n"
+            "for m in ['aah_client', 'frontend.state', 'frontend.figures', 'frontend.export', 'frontend.api',\n"
+            "          'frontend.components', 'frontend.views', 'frontend.editor_panel']:\n"
+            "    importlib.import_module(m)\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'aah_core', 'backend')]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, timeout=60)
