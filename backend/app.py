@@ -1,0 +1,86 @@
+"""The FastAPI app: ``create_app(settings)`` plus a lifespan that opens the store, migrates it,
+reconciles interrupted runs, seeds first-start content and starts the model registry and the
+job manager. ``python -m uvicorn backend.app:app`` serves the module-level ``app``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from backend import __version__, migrate
+from backend.db import make_engine, make_session_factory, transaction
+from backend.deps import require_token
+from backend.errors import install_error_handlers
+from backend.middleware import BodySizeLimit
+from backend.reference import seed_paper_reference
+from backend.routers import health, models, presets, runs, views, windows
+from backend.seed import seed_demo
+from backend.services.jobs import JobManager
+from backend.services.registry import Registry
+from backend.settings import Settings
+from backend.store import reconcile_active_runs
+
+logger = logging.getLogger(__name__)
+API_PREFIX = "/api/v1"
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.db_path)
+    migrate.upgrade(engine)
+    sessions = make_session_factory(engine)
+    with transaction(sessions) as s:
+        stale = reconcile_active_runs(s, "interrupted: the service stopped while this run was active")
+        if stale:
+            logger.warning("runs %s were left active by a previous service and are now FAILED", stale)
+        if settings.seed_paper:
+            seed_paper_reference(s)
+    if settings.seed_demo:
+        with transaction(sessions) as s:
+            seed_demo(s, settings)
+    if settings.torch_threads:
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
+    app.state.sessions = sessions
+    app.state.registry = Registry(settings, sessions)
+    app.state.jobs = JobManager(settings, sessions)
+    if settings.preload_models:
+        app.state.registry.preload()
+    logger.info("AAH Studio API %s ready (data dir %s)", __version__, settings.data_dir)
+    try:
+        yield
+    finally:
+        app.state.jobs.shutdown()
+        app.state.registry.close()
+        engine.dispose()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    app = FastAPI(
+        title="AAH Studio API",
+        version=__version__,
+        description="Per-head context allocation: models, window plans, live evaluation, attention "
+        "heatmaps, runs and training jobs. Contract: docs/api.md.",
+        lifespan=lifespan,
+        # One check for every route: POST/PUT/DELETE need the bearer token when one is set.
+        dependencies=[Depends(require_token)],
+    )
+    app.state.settings = settings
+    install_error_handlers(app)
+    for router in (health.router, models.router, presets.router, runs.router, views.router, windows.router):
+        app.include_router(router, prefix=API_PREFIX)
+    app.add_middleware(CORSMiddleware, allow_origins=settings.ui_origins, allow_credentials=False,
+                       allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app
+
+
+app = create_app()

@@ -1,0 +1,59 @@
+"""Dependencies: the session, settings, services and the token check, as Annotated aliases."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from backend.db import transaction
+from backend.errors import Unauthorized
+from backend.settings import Settings
+
+if TYPE_CHECKING:
+    from backend.services.jobs import JobManager
+    from backend.services.registry import Registry
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One transaction per request, committed before the response is sent (scope='function')."""
+    with transaction(request.app.state.sessions) as session:
+        yield session
+
+
+def get_registry(request: Request) -> Registry:
+    return request.app.state.registry
+
+
+def get_jobs(request: Request) -> JobManager:
+    return request.app.state.jobs
+
+
+_bearer = HTTPBearer(auto_error=False, description="AAH_API_TOKEN; needed by POST/PUT/DELETE when set")
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def require_token(request: Request,
+                  credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)] = None) -> None:
+    """When AAH_API_TOKEN is set, mutating endpoints (POST/PUT/DELETE) need 'Authorization: Bearer <token>'."""
+    token = request.app.state.settings.token()
+    if token is None or request.method in SAFE_METHODS:
+        return
+    if credentials is None:
+        raise Unauthorized("this endpoint needs 'Authorization: Bearer <AAH_API_TOKEN>'")
+    if not secrets.compare_digest(credentials.credentials.encode(), token.encode()):
+        raise Unauthorized("the bearer token does not match AAH_API_TOKEN")
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+RegistryDep = Annotated["Registry", Depends(get_registry)]
+JobsDep = Annotated["JobManager", Depends(get_jobs)]

@@ -1,0 +1,124 @@
+"""Errors: each domain error maps to one HTTP status and a human-readable ``detail``, here.
+
+Store and services raise ``ServiceError`` subclasses (no HTTP imports there); engine errors
+(``aah_core.errors``) are mapped by type. Every error body is ``{"detail": str}``; a
+validation error also carries ``errors`` (pydantic's list) for programs.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from aah_core.errors import AAHError, BackendUnavailable, CheckpointError, InvalidConfig, InvalidWindowPlan
+
+logger = logging.getLogger(__name__)
+
+
+class ServiceError(Exception):
+    status_code = 500
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class NotFound(ServiceError):
+    status_code = 404
+
+
+class Unauthorized(ServiceError):
+    status_code = 401
+
+
+class Conflict(ServiceError):
+    status_code = 409
+
+
+class PayloadTooLarge(ServiceError):
+    status_code = 413
+
+
+class InvalidInput(ServiceError):
+    status_code = 422
+
+
+class Unavailable(ServiceError):
+    status_code = 503
+
+
+# Engine errors by type; the first match wins (subclasses before their bases).
+ENGINE_STATUS: tuple[tuple[type[AAHError], int], ...] = (
+    (InvalidWindowPlan, 422),
+    (InvalidConfig, 422),
+    (CheckpointError, 503),
+    (BackendUnavailable, 503),
+    (AAHError, 422),
+)
+
+
+def _json(status: int, detail: str, **extra: object) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"detail": detail, **extra}, status_code=status, headers=headers)
+
+
+def _where(loc: tuple) -> str:
+    """('body', 'windows', 2, 5) -> 'windows: layer 2, head 5'; ('query', 'layer') -> 'layer'."""
+    parts = [p for p in loc if p not in ("body", "query", "path", "header")]
+    if len(parts) >= 3 and parts[-3] == "windows" and all(isinstance(p, int) for p in parts[-2:]):
+        prefix = ".".join(str(p) for p in parts[:-2])
+        return f"{prefix}: layer {parts[-2]}, head {parts[-1]}"
+    return ".".join(str(p) for p in parts) or "request"
+
+
+def validation_detail(errors: list[dict]) -> str:
+    msgs = []
+    for err in errors[:5]:
+        where = _where(tuple(err.get("loc", ())))
+        msg = str(err.get("msg", "invalid"))
+        if err.get("type") == "greater_than_equal" and ", head " in where:
+            msg = f"window {err.get('input')!r} is invalid; use an integer >= 1 or null (full)"
+        msgs.append(f"{where}: {msg}")
+    more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
+    return "; ".join(msgs) + more
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServiceError)
+    async def _service(_: Request, exc: ServiceError) -> JSONResponse:
+        return _json(exc.status_code, exc.detail)
+
+    @app.exception_handler(AAHError)
+    async def _engine(_: Request, exc: AAHError) -> JSONResponse:
+        status = next(code for cls, code in ENGINE_STATUS if isinstance(exc, cls))
+        return _json(status, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
+        return _json(422, validation_detail(list(exc.errors())), errors=_jsonable(errors))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _last_resort(request: Request, exc: Exception) -> JSONResponse:
+        # A bug, not a user error: log it with the traceback; tell the user where to look.
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return _json(500, f"internal error ({type(exc).__name__}); the server log has the details")
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return str(value)

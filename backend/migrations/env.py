@@ -1,0 +1,43 @@
+"""Alembic environment. The service calls ``backend.migrate.upgrade`` at startup, which
+passes its own connection; the ``alembic`` CLI (``alembic -c backend/alembic.ini``) builds
+an engine from ``sqlalchemy.url`` or ``AAH_DATA_DIR``."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import Connection
+
+from backend.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _run(connection: Connection) -> None:
+    # render_as_batch: SQLite cannot ALTER most things; batch mode copies the table instead.
+    context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    from backend.db import make_engine
+    from backend.settings import Settings
+
+    engine = make_engine(Settings().db_path)
+    with engine.connect() as conn:
+        _run(conn)
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata,
+                      literal_binds=True, render_as_batch=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    run_migrations_online()

@@ -1,0 +1,145 @@
+"""ORM tables (SQLAlchemy 2.0, typed). No pydantic here; rows never leave ``store.py``.
+
+Times are epoch milliseconds (BigInteger) except metric timestamps, which are epoch
+seconds as floats (what training loops report). Windows are integers with NULL = full.
+NaN and +-inf cannot round-trip through SQL reliably, so a non-finite metric is stored
+with ``value = NULL`` and ``special`` in {'nan', 'inf', '-inf'}.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+RUN_STATUSES = ("SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED")
+ACTIVE_STATUSES = ("SCHEDULED", "RUNNING")
+SPECIAL_VALUES = ("nan", "inf", "-inf")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    read_only: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        CheckConstraint(f"status IN {RUN_STATUSES!r}", name="ck_runs_status"),
+        Index("ix_runs_experiment_status", "experiment_id", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(String(16))
+    preset: Mapped[str | None] = mapped_column(String(100))
+    config_json: Mapped[str | None] = mapped_column(Text)
+    checkpoint: Mapped[str | None] = mapped_column(String(500))  # relative to the data dir
+    data_hash: Mapped[str | None] = mapped_column(String(128))
+    git_rev: Mapped[str | None] = mapped_column(String(64))
+    seq_len: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    started_at: Mapped[int | None] = mapped_column(BigInteger)
+    ended_at: Mapped[int | None] = mapped_column(BigInteger)
+    progress_step: Mapped[int | None] = mapped_column(BigInteger)
+    total_steps: Mapped[int | None] = mapped_column(BigInteger)
+    error: Mapped[str | None] = mapped_column(Text)
+    read_only: Mapped[bool] = mapped_column(Boolean, default=False)
+    pid: Mapped[int | None] = mapped_column(Integer)
+
+
+class Param(Base):
+    __tablename__ = "params"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(250), primary_key=True)
+    value: Mapped[str] = mapped_column(String(8000))
+
+
+class _MetricValue:
+    """The columns a metric row and a latest-metric row share."""
+
+    step: Mapped[int] = mapped_column(BigInteger)
+    value: Mapped[float | None] = mapped_column(Float(53))
+    special: Mapped[str | None] = mapped_column(String(8))
+    timestamp: Mapped[float] = mapped_column(Float(53))
+
+
+class Metric(_MetricValue, Base):
+    __tablename__ = "metrics"
+    __table_args__ = (
+        CheckConstraint("special IS NULL OR (value IS NULL AND special IN ('nan', 'inf', '-inf'))",
+                        name="ck_metrics_special"),
+        Index("ix_metrics_run_key_step", "run_id", "key", "step"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(250))
+
+
+class LatestMetric(_MetricValue, Base):
+    """The newest value per (run, key), kept in the same transaction as the metric rows."""
+
+    __tablename__ = "latest_metrics"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(250), primary_key=True)
+
+
+class WindowAssignment(Base):
+    """One head's window in a run's plan at one step (NULL = full)."""
+
+    __tablename__ = "window_plans"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    layer: Mapped[int] = mapped_column(Integer, primary_key=True)
+    head: Mapped[int] = mapped_column(Integer, primary_key=True)
+    window: Mapped[int | None] = mapped_column(Integer)
+
+
+class Checkpoint(Base):
+    """A model the service can load: a checkpoint directory inside the data dir."""
+
+    __tablename__ = "checkpoints"
+    __table_args__ = (UniqueConstraint("path", name="uq_checkpoints_path"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    path: Mapped[str] = mapped_column(String(500))  # relative to the data dir
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    preset: Mapped[str | None] = mapped_column(String(100))
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class View(Base):
+    """A saved dashboard state (name + page + JSON) for presenting."""
+
+    __tablename__ = "views"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(120))
+    page: Mapped[str] = mapped_column(String(64))
+    state_json: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[int] = mapped_column(BigInteger)

@@ -1,0 +1,104 @@
+"""Models: list, windows, bundled texts, live evaluation, heatmaps, diagnostics, allocation."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from aah_core.windows import coverage_metrics, plan_to_json
+from backend.deps import RegistryDep
+from backend.schemas import (
+    AllocateRequest,
+    AllocateResponse,
+    AttentionRequest,
+    AttentionResponse,
+    EvalSet,
+    EvaluateRequest,
+    EvaluateResponse,
+    ModelInfo,
+    ModelWindowsResponse,
+    RetainedMassResponse,
+    SensitivityResponse,
+    TextInfo,
+)
+from backend.services import analysis
+
+router = APIRouter(prefix="/models", tags=["models"])
+ModelId = Annotated[str, Path(max_length=64)]
+TextId = Annotated[str | None, Query(max_length=64)]
+PREVIEW_CHARS = 80
+
+
+@router.get("")
+def read_models(registry: RegistryDep) -> list[ModelInfo]:
+    """Registered checkpoints (the demo model first on a fresh store)."""
+    return registry.list_models()
+
+
+@router.get("/{model_id}")
+def read_model(model_id: ModelId, registry: RegistryDep) -> ModelInfo:
+    """One model's shape, buckets and parameter count."""
+    return registry.info(model_id)
+
+
+@router.get("/{model_id}/windows")
+def read_model_windows(model_id: ModelId, registry: RegistryDep) -> ModelWindowsResponse:
+    """The model's own window plan and its coverage."""
+    lm = registry.get(model_id)
+    T = lm.info.seq_len
+    return ModelWindowsResponse(model_id=model_id, seq_len=T, windows=plan_to_json(lm.plan, T),
+                                **coverage_metrics(lm.plan, T))
+
+
+@router.get("/{model_id}/texts")
+def read_model_texts(model_id: ModelId, registry: RegistryDep) -> list[TextInfo]:
+    """Bundled evaluation texts usable for heatmaps and retained-mass curves."""
+    lm = registry.get(model_id)
+    return [TextInfo(id=t.id, name=t.name, kind=t.kind, n_tokens=int(t.ids.numel()),
+                     preview=lm.tokenizer.decode(t.ids.tolist())[:PREVIEW_CHARS]) for t in lm.texts().values()]
+
+
+@router.post("/{model_id}/evaluate")
+def evaluate_model(model_id: ModelId, body: EvaluateRequest, registry: RegistryDep) -> EvaluateResponse:
+    """Loss under a window plan vs the model's own plan, on a fixed evaluation batch."""
+    return analysis.evaluate(registry, registry.get(model_id), body)
+
+
+@router.get("/{model_id}/attention")
+def read_attention(
+    model_id: ModelId,
+    registry: RegistryDep,
+    layer: Annotated[int, Query(ge=0, le=1024)] = 0,
+    head: Annotated[int, Query(ge=0, le=1024)] = 0,
+    text_id: TextId = None,
+    window: Annotated[int | None, Query(ge=1, le=2**31)] = None,
+) -> AttentionResponse:
+    """One head's attention map on a bundled text, full and windowed, with the mass the window cuts."""
+    return analysis.attention(registry.get(model_id), layer, head, None, text_id, window)
+
+
+@router.post("/{model_id}/attention")
+def create_attention(model_id: ModelId, body: AttentionRequest, registry: RegistryDep) -> AttentionResponse:
+    """As GET, for a posted text (<= 4096 characters) or a bundled one."""
+    return analysis.attention(registry.get(model_id), body.layer, body.head, body.text, body.text_id,
+                              body.window)
+
+
+@router.get("/{model_id}/retained-mass")
+def read_retained_mass(model_id: ModelId, registry: RegistryDep, text_id: TextId = None) -> RetainedMassResponse:
+    """Per head: mean attention mass within the last w keys, for w over the model's buckets
+    (averaged over all bundled texts when text_id is omitted)."""
+    return analysis.retained_mass(registry, registry.get(model_id), text_id)
+
+
+@router.get("/{model_id}/sensitivity")
+def read_sensitivity(model_id: ModelId, registry: RegistryDep, eval_set: EvalSet = "mixed") -> SensitivityResponse:
+    """Per head and bucket: the loss increase when that head alone gets that window."""
+    return analysis.sensitivity(registry, registry.get(model_id), eval_set)
+
+
+@router.post("/{model_id}/allocate")
+def allocate_windows(model_id: ModelId, body: AllocateRequest, registry: RegistryDep) -> AllocateResponse:
+    """Windows under a coverage budget, with the path the allocator walked (503 until it lands)."""
+    return analysis.allocate(registry, registry.get(model_id), body)

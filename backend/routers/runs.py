@@ -1,0 +1,109 @@
+"""The run store over HTTP: list, read, metrics, window plans, compare, start and cancel jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query
+
+from backend import store
+from backend.deps import JobsDep, SessionDep
+from backend.errors import InvalidInput
+from backend.schemas import (
+    CompareRequest,
+    CompareResponse,
+    CompareRow,
+    MetricsResponse,
+    RunCreate,
+    RunPublic,
+    RunWindowsResponse,
+    SeriesXY,
+)
+
+router = APIRouter(prefix="/runs", tags=["runs"])
+RunId = Annotated[int, Path(ge=1, le=2**62)]
+Step = Annotated[int | None, Query(ge=0, le=2**62)]
+MAX_KEYS = 200
+
+
+@router.get("")
+def read_runs(
+    session: SessionDep,
+    experiment: Annotated[str | None, Query(max_length=200)] = None,
+    preset: Annotated[str | None, Query(max_length=100)] = None,
+    status: Literal["SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+) -> list[RunPublic]:
+    """Runs, newest first, filtered by experiment name, preset and status."""
+    return store.list_runs(session, experiment=experiment, preset=preset, status=status, limit=limit,
+                           offset=offset)
+
+
+@router.get("/{run_id}")
+def read_run(session: SessionDep, run_id: RunId) -> RunPublic:
+    """One run: params, status, progress, latest value per metric."""
+    return store.get_run(session, run_id)
+
+
+def _parse_keys(keys: str | None) -> list[str] | None:
+    if keys is None:
+        return None
+    parsed = [k.strip() for k in keys.split(",") if k.strip()]
+    if len(parsed) > MAX_KEYS:
+        raise InvalidInput(f"keys: {len(parsed)} keys requested; at most {MAX_KEYS} per request")
+    return parsed
+
+
+@router.get("/{run_id}/metrics")
+def read_run_metrics(
+    session: SessionDep,
+    run_id: RunId,
+    keys: Annotated[str | None, Query(max_length=10_000, description="comma-separated metric keys")] = None,
+    min_step: Step = None,
+    max_step: Step = None,
+) -> MetricsResponse:
+    """Metric series by key (all keys when `keys` is omitted); NaN/inf come back as null."""
+    if min_step is not None and max_step is not None and min_step > max_step:
+        raise InvalidInput(f"min_step: {min_step} is greater than max_step {max_step}")
+    series = store.read_metrics(session, run_id, _parse_keys(keys), min_step, max_step)
+    return MetricsResponse(run_id=run_id, series=series)
+
+
+@router.get("/{run_id}/windows")
+def read_run_windows(session: SessionDep, run_id: RunId, step: Step = None) -> RunWindowsResponse:
+    """The run's window plan at `step` (default: the latest stored) and every step with a plan."""
+    plan = store.read_plan(session, run_id, step)
+    return RunWindowsResponse(run_id=run_id, steps=plan.steps, step=plan.step, seq_len=plan.seq_len,
+                              windows=plan.windows)
+
+
+@router.post("", status_code=202)
+def create_run(body: RunCreate, jobs: JobsDep) -> RunPublic:
+    """Start a training job from a preset (+ overrides) in a worker process; returns the new run."""
+    return jobs.start(body)
+
+
+@router.post("/compare")
+def compare_runs(body: CompareRequest, session: SessionDep) -> CompareResponse:
+    """Several runs side by side: one aggregated value per (run, key) and every series by step."""
+    if body.agg == "at_step" and body.step is None:
+        raise InvalidInput("step: required when agg is 'at_step'")
+    run_ids = list(dict.fromkeys(body.run_ids))
+    runs = store.runs_public(session, run_ids)
+    keys = body.keys
+    if keys is None:
+        keys = sorted({k for run in runs for k in run.summary})
+    table = store.aggregate_metrics(session, run_ids, keys, body.agg, body.step)
+    series = {}
+    for run_id in run_ids:
+        by_key = store.read_metrics(session, run_id, keys)
+        series[str(run_id)] = {k: SeriesXY(step=s.step, value=s.value) for k, s in by_key.items()}
+    return CompareResponse(keys=keys, runs=runs, table=[CompareRow(run_id=r, values=table[r]) for r in run_ids],
+                           series=series)
+
+
+@router.post("/{run_id}/cancel")
+def cancel_run(run_id: RunId, jobs: JobsDep) -> RunPublic:
+    """Stop a scheduled or running job; the run ends KILLED. 409 if it already ended."""
+    return jobs.cancel(run_id)

@@ -1,0 +1,37 @@
+"""Saved views: a name, a dashboard page and its UI state, for presenting."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Path, Response
+
+from backend import catalog
+from backend.deps import SessionDep
+from backend.schemas import ViewCreate, ViewPublic
+
+router = APIRouter(prefix="/views", tags=["views"])
+ViewId = Path(ge=1, le=2**62)
+
+
+@router.get("")
+def read_views(session: SessionDep) -> list[ViewPublic]:
+    """All saved views, oldest first."""
+    return catalog.list_views(session)
+
+
+@router.post("", status_code=201)
+def create_view(body: ViewCreate, session: SessionDep) -> ViewPublic:
+    """Save a view (state: any JSON object up to 64 KB)."""
+    return catalog.create_view(session, body)
+
+
+@router.get("/{view_id}")
+def read_view(session: SessionDep, view_id: int = ViewId) -> ViewPublic:
+    """One saved view."""
+    return catalog.get_view(session, view_id)
+
+
+@router.delete("/{view_id}", status_code=204)
+def delete_view(session: SessionDep, view_id: int = ViewId) -> Response:
+    """Delete a saved view."""
+    catalog.delete_view(session, view_id)
+    return Response(status_code=204)

@@ -1,0 +1,292 @@
+"""Request and response models (pydantic v2): the HTTP contract of docs/api.md in code.
+
+Requests forbid unknown fields so a typo ("window" for "windows") is a 422, not a silent
+default. Non-finite floats serialise as null (``ser_json_inf_nan``), never as a 500.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+
+Window = Annotated[StrictInt, Field(ge=1, description="keys seen by the head (>= 1); null = full")]
+Plan = Annotated[
+    list[list[Window | None]],
+    Field(description="per layer, per head: int >= 1 or null (full)", max_length=256),
+]
+EvalSet = Literal["mixed", "text", "copy"]
+RunStatus = Literal["SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"]
+MAX_VIEW_STATE_BYTES = 64 * 1024
+
+
+class Response(BaseModel):
+    model_config = ConfigDict(ser_json_inf_nan="null")
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- health, models, presets -------------------------------------------------------------
+
+class HealthResponse(Response):
+    status: str
+    version: str
+    models: int
+    runs: int
+
+
+class ModelInfo(Response):
+    id: str
+    name: str
+    n_layer: int
+    n_head: int
+    seq_len: int
+    preset: str | None
+    buckets: list[int | None]
+    n_params: int
+    run_id: int | None
+
+
+class CoverageFields(Response):
+    acr: float
+    causal_coverage: float
+    tile_coverage: float
+
+
+class ModelWindowsResponse(CoverageFields):
+    model_id: str
+    seq_len: int
+    windows: list[list[int | None]]
+
+
+class TextInfo(Response):
+    id: str
+    name: str
+    kind: Literal["text", "copy"]
+    n_tokens: int
+    preview: str
+
+
+class PresetInfo(Response):
+    name: str
+    description: str
+    group: str
+
+
+# ---- live evaluation ---------------------------------------------------------------------
+
+class EvaluateRequest(Request):
+    windows: Plan
+    eval_set: EvalSet = "mixed"
+    per_token: bool = False
+
+
+class PerTokenLosses(Response):
+    tokens: list[str]
+    loss: list[float | None]
+    baseline: list[float | None]
+    delta: list[float | None]
+
+
+class EvaluateResponse(CoverageFields):
+    loss: float
+    baseline_loss: float
+    delta: float
+    delta_pct: float
+    perplexity: float
+    windows: list[list[int | None]]
+    eval_set: str
+    elapsed_ms: float
+    cached: bool
+    per_token: PerTokenLosses | None = None
+
+
+# ---- attention and diagnostics -----------------------------------------------------------
+
+MAX_TEXT_CHARS = 4096
+
+
+class AttentionRequest(Request):
+    layer: int = Field(ge=0, le=1024)
+    head: int = Field(ge=0, le=1024)
+    text: str | None = Field(None, max_length=MAX_TEXT_CHARS)
+    text_id: str | None = Field(None, max_length=64)
+    window: Window | None = None
+
+
+class AttentionResponse(Response):
+    layer: int
+    head: int
+    window: int | None
+    seq_len: int
+    tokens: list[str]
+    full: list[list[float | None]]
+    windowed: list[list[float | None]]
+    cut_mass: list[float]
+    pool: int
+    n_tokens: int
+
+
+class RetainedMassResponse(Response):
+    buckets: list[int | None]
+    mass: list[list[list[float]]]
+
+
+class SensitivityResponse(Response):
+    buckets: list[int | None]
+    baseline_loss: float
+    delta: list[list[list[float | None]]]
+
+
+class AllocateRequest(Request):
+    budget: float = Field(gt=0.0, le=1.0, allow_inf_nan=False)
+    metric: Literal["causal_coverage", "acr"] = "causal_coverage"
+    eval_set: EvalSet = "mixed"
+
+
+class CurvePoint(Response):
+    acr: float
+    causal_coverage: float
+    loss: float
+
+
+class AllocateResponse(CoverageFields):
+    windows: list[list[int | None]]
+    loss: float
+    baseline_loss: float
+    curve: list[CurvePoint]
+
+
+# ---- runs --------------------------------------------------------------------------------
+
+class Progress(Response):
+    step: int
+    total_steps: int
+
+
+class RunPublic(Response):
+    id: int
+    name: str
+    experiment: str
+    status: RunStatus
+    preset: str | None
+    params: dict[str, str]
+    summary: dict[str, float | None]
+    created_at: str
+    started_at: str | None
+    ended_at: str | None
+    progress: Progress | None
+    error: str | None
+    read_only: bool
+    checkpoint: str | None
+    data_hash: str | None
+    git_rev: str | None
+
+
+class MetricSeries(Response):
+    step: list[int]
+    value: list[float | None]
+    timestamp: list[float]
+
+
+class MetricsResponse(Response):
+    run_id: int
+    series: dict[str, MetricSeries]
+
+
+class RunWindowsResponse(Response):
+    run_id: int
+    steps: list[int]
+    step: int
+    seq_len: int
+    windows: list[list[int | None]]
+
+
+OverrideValue = StrictInt | float | bool | str | None
+
+
+class RunCreate(Request):
+    preset: str = Field(min_length=1, max_length=100)
+    overrides: dict[Annotated[str, Field(max_length=100)], OverrideValue] = Field(default_factory=dict,
+                                                                                 max_length=100)
+    name: str | None = Field(None, max_length=200)
+    experiment: str | None = Field(None, max_length=200)
+
+
+class CompareRequest(Request):
+    run_ids: list[int] = Field(min_length=1, max_length=100)
+    keys: list[Annotated[str, Field(max_length=250)]] | None = Field(None, max_length=200)
+    agg: Literal["last", "min", "max", "at_step"] = "last"
+    step: int | None = Field(None, ge=0)
+
+
+class CompareRow(Response):
+    run_id: int
+    values: dict[str, float | None]
+
+
+class SeriesXY(Response):
+    step: list[int]
+    value: list[float | None]
+
+
+class CompareResponse(Response):
+    keys: list[str]
+    runs: list[RunPublic]
+    table: list[CompareRow]
+    series: dict[str, dict[str, SeriesXY]]
+
+
+class RunPlanRef(Request):
+    run_id: int
+    step: int | None = Field(None, ge=0)
+
+
+class ModelPlanRef(Request):
+    model_id: str = Field(max_length=64)
+
+
+class InlinePlanRef(Request):
+    windows: Plan
+
+
+PlanRef = RunPlanRef | ModelPlanRef | InlinePlanRef
+
+
+class DiffRequest(Request):
+    a: PlanRef
+    b: PlanRef
+
+
+class DiffResponse(Response):
+    a: list[list[int | None]]
+    b: list[list[int | None]]
+    changed: list[list[bool]]
+    n_changed: int
+
+
+# ---- saved views -------------------------------------------------------------------------
+
+class ViewCreate(Request):
+    name: str = Field(min_length=1, max_length=120)
+    page: str = Field(min_length=1, max_length=64)
+    state: dict[str, Any]
+
+    @field_validator("state")
+    @classmethod
+    def _state_size(cls, value: dict[str, Any]) -> dict[str, Any]:
+        size = len(json.dumps(value, allow_nan=False).encode())
+        if size > MAX_VIEW_STATE_BYTES:
+            raise ValueError(f"state is {size} bytes as JSON; the limit is {MAX_VIEW_STATE_BYTES}")
+        return value
+
+
+class ViewPublic(Response):
+    id: int
+    name: str
+    page: str
+    state: dict[str, Any]
+    created_at: str

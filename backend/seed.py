@@ -1,0 +1,108 @@
+"""First-start content: the shipped demo checkpoint with its training history, and the paper's
+reference experiment. Both are idempotent; the demo is re-imported when the shipped files change
+(e.g. the trained checkpoint replacing the quick placeholder)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import shutil
+import uuid
+from pathlib import Path
+
+from sqlalchemy import delete
+from sqlalchemy.orm import Session
+
+from backend import catalog, store
+from backend.models import Checkpoint, Run
+from backend.settings import Settings
+
+logger = logging.getLogger(__name__)
+DEMO_ID = "demo"
+DEMO_EXPERIMENT = "demo"
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "plan.json")
+HISTORY = "history.jsonl"
+
+
+def fingerprint(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for name in (*CHECKPOINT_FILES, HISTORY):
+        path = folder / name
+        if path.is_file():
+            digest.update(name.encode())
+            with path.open("rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _place_inside(src: Path, data_dir: Path) -> str:
+    """The demo's path relative to the data dir, copying it in (atomically) when it lives elsewhere."""
+    src = src.resolve()
+    if src.is_relative_to(data_dir):
+        return str(src.relative_to(data_dir))
+    dest = data_dir / "models" / DEMO_ID
+    tmp = dest.parent / f".{DEMO_ID}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+    for name in (*CHECKPOINT_FILES, HISTORY):
+        if (src / name).is_file():
+            shutil.copy2(src / name, tmp / name)
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+    return str(dest.relative_to(data_dir))
+
+
+def read_history(path: Path) -> list[store.MetricRow]:
+    """Rows of a JSONL metrics file ({"step", "time", key: value, ...}); null values become NaN."""
+    rows: list[store.MetricRow] = []
+    if not path.is_file():
+        return rows
+    for line_no, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+            step, ts = int(event.pop("step")), float(event.pop("time", 0.0))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            logger.warning("%s:%d: not a metrics event, skipped", path, line_no)
+            continue
+        for key, value in event.items():
+            if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+                rows.append((str(key), step, math.nan if value is None else float(value), ts))
+    return rows
+
+
+def seed_demo(s: Session, settings: Settings) -> bool:
+    """Register the shipped demo checkpoint and its history as a FINISHED run; False if up to date."""
+    src = settings.demo_dir
+    if src is None or not all((src / name).is_file() for name in CHECKPOINT_FILES):
+        logger.info("no demo checkpoint at %s; skipping demo seeding", src)
+        return False
+    fp = fingerprint(src)
+    existing = s.get(Checkpoint, DEMO_ID)
+    if existing is not None and existing.fingerprint == fp:
+        return False
+    if existing is not None and existing.run_id is not None:
+        s.execute(delete(Run).where(Run.id == existing.run_id))
+    relative = _place_inside(src, settings.data_dir)
+    header = json.loads((src / "config.json").read_text())
+    config, meta = header.get("config", {}), header.get("meta", {})
+    plan_doc = json.loads((src / "plan.json").read_text())
+    history = read_history(src / HISTORY)
+    last_step = max((row[1] for row in history), default=int(meta.get("step", 0)))
+    run_id = store.create_run(
+        s, name="demo model (shipped)", experiment=DEMO_EXPERIMENT, status="FINISHED",
+        preset=config.get("preset"), params=store.flatten_params(config), config=config,
+        seq_len=config.get("model", {}).get("seq_len"), checkpoint=relative, data_hash=meta.get("data_hash"),
+        git_rev=meta.get("git_rev"), total_steps=config.get("train", {}).get("max_steps"),
+    )
+    store.update_run(s, run_id, progress_step=last_step)
+    store.log_metrics(s, run_id, history)
+    store.log_plan(s, run_id, last_step, plan_doc["windows"])
+    catalog.register_checkpoint(s, catalog.CheckpointEntry(
+        id=DEMO_ID, name="Demo model", path=relative, run_id=run_id, preset=config.get("preset"), fingerprint=fp))
+    logger.info("demo checkpoint registered from %s (%d metric rows)", src, len(history))
+    return True

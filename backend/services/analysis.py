@@ -1,0 +1,187 @@
+"""What the model endpoints compute: live evaluation, heatmaps, retained mass, sensitivity,
+allocation. Each takes a LoadedModel (and the registry for its result cache) and returns a
+response schema; the numerics live in the engine (aah_core.evaluate, aah_core.diagnostics)."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from aah_core import diagnostics
+from aah_core.errors import InvalidWindowPlan
+from aah_core.windows import coverage_metrics, plan_to_json, validate_plan
+from backend.errors import InvalidInput, Unavailable
+from backend.schemas import (
+    AllocateRequest,
+    AllocateResponse,
+    AttentionResponse,
+    CurvePoint,
+    EvaluateRequest,
+    EvaluateResponse,
+    PerTokenLosses,
+    RetainedMassResponse,
+    SensitivityResponse,
+)
+from backend.services.registry import LoadedModel, Registry
+
+
+def parse_plan(lm: LoadedModel, windows: Any, field: str = "windows") -> torch.Tensor:
+    """User windows -> plan tensor; shape and values checked against this model (422 names the head)."""
+    m = lm.info
+    try:
+        return validate_plan(windows, m.n_layer, m.n_head, m.seq_len)
+    except InvalidWindowPlan as exc:
+        raise InvalidInput(f"{field}: {exc}") from None
+
+
+def _plan_key(plan: torch.Tensor) -> tuple[int, ...]:
+    return tuple(plan.flatten().tolist())
+
+
+def _losses(registry: Registry, lm: LoadedModel, plan: torch.Tensor, eval_set: str,
+            per_token: bool) -> tuple[float, list[float] | None, bool]:
+    """(loss, per-token losses of the first sequence or None, served from cache)."""
+    key = (lm.id, "eval", eval_set, _plan_key(plan), per_token)
+    hit = registry.cached(key)
+    if hit is not None:
+        return hit[0], hit[1], True
+    with lm.lock:
+        evaluator = lm.evaluator(eval_set)
+        loss = evaluator.loss(plan)
+        tokens = evaluator.token_losses(plan)[0].tolist() if per_token else None
+    registry.remember(key, (loss, tokens))
+    if per_token:  # the loss alone is now known too
+        registry.remember((lm.id, "eval", eval_set, _plan_key(plan), False), (loss, None))
+    return loss, tokens, False
+
+
+def evaluate(registry: Registry, lm: LoadedModel, body: EvaluateRequest) -> EvaluateResponse:
+    t0 = time.perf_counter()
+    plan = parse_plan(lm, body.windows)
+    baseline, base_tokens, _ = _losses(registry, lm, lm.plan, body.eval_set, body.per_token)
+    loss, tokens, cached = _losses(registry, lm, plan, body.eval_set, body.per_token)
+    per_token = None
+    if body.per_token:
+        batch = lm.batch(body.eval_set)
+        ignored = (batch.targets[0] < 0).tolist()
+        labels = [lm.tokenizer.decode_token(int(t)) for t in batch.idx[0].tolist()]
+        loss_row = [None if skip else v for v, skip in zip(tokens, ignored, strict=True)]
+        base_row = [None if skip else v for v, skip in zip(base_tokens, ignored, strict=True)]
+        delta_row = [None if a is None else a - b for a, b in zip(loss_row, base_row, strict=True)]
+        per_token = PerTokenLosses(tokens=labels, loss=loss_row, baseline=base_row, delta=delta_row)
+    delta = loss - baseline
+    return EvaluateResponse(
+        loss=loss, baseline_loss=baseline, delta=delta,
+        delta_pct=100.0 * delta / baseline if baseline else 0.0,
+        perplexity=math.exp(min(loss, 700.0)), windows=plan_to_json(plan, lm.info.seq_len),
+        eval_set=body.eval_set, elapsed_ms=(time.perf_counter() - t0) * 1000, cached=cached,
+        per_token=per_token, **coverage_metrics(plan, lm.info.seq_len),
+    )
+
+
+def _check_head(lm: LoadedModel, layer: int, head: int) -> None:
+    if layer >= lm.info.n_layer:
+        raise InvalidInput(f"layer: {layer} is out of range; model {lm.id!r} has layers 0..{lm.info.n_layer - 1}")
+    if head >= lm.info.n_head:
+        raise InvalidInput(f"head: {head} is out of range; model {lm.id!r} has heads 0..{lm.info.n_head - 1}")
+
+
+def _token_ids(lm: LoadedModel, text: str | None, text_id: str | None) -> torch.Tensor:
+    """[T] ids of a posted text (truncated to seq_len) or of a bundled one (default: the first)."""
+    if text is not None:
+        ids = lm.tokenizer.encode(text)[: lm.info.seq_len]
+        if not ids:
+            raise InvalidInput("text: the text is empty after tokenization; send at least one character")
+        if max(ids) >= lm.model.config.vocab_size:
+            raise InvalidInput("text: the text has tokens outside this model's vocabulary")
+        return torch.tensor(ids, dtype=torch.long)
+    if text_id is None:
+        text_id = next(iter(lm.texts()), None)
+        if text_id is None:
+            raise InvalidInput("text_id: this model has no bundled texts; send a text")
+    return lm.text(text_id).ids
+
+
+def _rows(m: torch.Tensor) -> list[list[float | None]]:
+    """A causal map as nested lists, the upper triangle (keys after the query) as null."""
+    values = m.tolist()
+    return [[v if j <= i else None for j, v in enumerate(row)] for i, row in enumerate(values)]
+
+
+def attention(lm: LoadedModel, layer: int, head: int, text: str | None, text_id: str | None,
+              window: int | None) -> AttentionResponse:
+    _check_head(lm, layer, head)
+    ids = _token_ids(lm, text, text_id)
+    T = ids.shape[0]
+    own = int(lm.plan[layer, head])
+    w = own if window is None else min(int(window), lm.info.seq_len)
+    with lm.lock:
+        maps = diagnostics.head_attention(lm.model, ids.view(1, T), lm.plan, layer, head, w)
+    pool = diagnostics.pool_factor(T)
+    labels = [lm.tokenizer.decode_token(int(t)) for t in ids.tolist()]
+    return AttentionResponse(
+        layer=layer, head=head, window=None if w >= lm.info.seq_len else w, seq_len=lm.info.seq_len,
+        tokens=labels[::pool], full=_rows(diagnostics.pool_map(maps.full, pool)),
+        windowed=_rows(diagnostics.pool_map(maps.windowed, pool)),
+        cut_mass=diagnostics.pool_rows(maps.cut_mass, pool).tolist(), pool=pool, n_tokens=T,
+    )
+
+
+def _buckets(lm: LoadedModel) -> tuple[list[int], list[int | None]]:
+    T = lm.info.seq_len
+    windows = [T if b is None else min(b, T) for b in lm.info.buckets]
+    return windows, [None if w >= T else w for w in windows]
+
+
+def retained_mass(registry: Registry, lm: LoadedModel, text_id: str | None) -> RetainedMassResponse:
+    windows, buckets = _buckets(lm)
+    key = (lm.id, "retained", text_id)
+    mass = registry.cached(key)
+    if mass is None:
+        ids = (torch.stack([t.ids for t in lm.texts().values()]) if text_id is None
+               else lm.text(text_id).ids.view(1, -1))
+        if ids.numel() == 0:
+            raise InvalidInput("text_id: this model has no bundled texts")
+        with lm.lock:
+            mass = diagnostics.retained_mass_curves(lm.model, ids, lm.plan, windows).tolist()
+        registry.remember(key, mass)
+    return RetainedMassResponse(buckets=buckets, mass=mass)
+
+
+def sensitivity(registry: Registry, lm: LoadedModel, eval_set: str) -> SensitivityResponse:
+    windows, buckets = _buckets(lm)
+    key = (lm.id, "sensitivity", eval_set)
+    hit = registry.cached(key)
+    if hit is None:
+        with lm.lock:
+            evaluator = lm.evaluator(eval_set)
+            baseline, delta = diagnostics.sensitivity_sweep(evaluator.loss, lm.plan.clone(), windows)
+        hit = (baseline, delta.tolist())
+        registry.remember(key, hit)
+    return SensitivityResponse(buckets=buckets, baseline_loss=hit[0], delta=hit[1])
+
+
+def allocate(registry: Registry, lm: LoadedModel, body: AllocateRequest) -> AllocateResponse:
+    try:
+        from aah_core.allocate import allocate as run_allocation
+    except ImportError:
+        raise Unavailable("allocation not available yet (aah_core.allocate has not landed)") from None
+    key = (lm.id, "allocate", body.eval_set, body.metric, body.budget)
+    hit = registry.cached(key)
+    if hit is None:
+        with lm.lock:
+            batch = lm.batch(body.eval_set)
+            result = run_allocation(lm.model, batch, body.budget, metric=body.metric)
+            baseline = lm.evaluator(body.eval_set).loss(lm.plan)
+        T = lm.info.seq_len
+        hit = AllocateResponse(
+            windows=plan_to_json(result.plan, T), loss=float(result.loss), baseline_loss=baseline,
+            curve=[CurvePoint(acr=p["acr"], causal_coverage=p["causal_coverage"], loss=p["loss"])
+                   for p in result.curve],
+            **coverage_metrics(result.plan, T),
+        )
+        registry.remember(key, hit)
+    return hit

@@ -1,0 +1,238 @@
+"""The model registry: registered checkpoints, loaded on demand (LRU), each with its fixed
+evaluation batches, prefix-cached evaluators and bundled texts; plus a result cache by plan.
+
+Checkpoint paths are stored relative to the data dir and refused if they resolve outside
+it (no traversal, no symlink escapes). Only safetensors + JSON checkpoints are loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from sqlalchemy.orm import Session, sessionmaker
+
+from aah_core.checkpoint import Checkpoint, load_checkpoint
+from aah_core.config import RunConfig
+from aah_core.data import DataStream, EvalBatch, Tokenizer
+from aah_core.errors import AAHError, CheckpointError
+from aah_core.evaluate import PrefixCachedEvaluator
+from backend import catalog
+from backend.db import transaction
+from backend.errors import InvalidInput, NotFound, Unavailable
+from backend.schemas import ModelInfo
+from backend.settings import Settings
+
+logger = logging.getLogger(__name__)
+EVAL_SEQS = 4  # sequences in each fixed evaluation batch
+TEXT_SEQS = 2  # bundled texts per kind
+
+
+@dataclass
+class TextSample:
+    id: str
+    name: str
+    kind: str  # "text" | "copy"
+    ids: torch.Tensor  # [T]
+
+
+@dataclass
+class LoadedModel:
+    id: str
+    checkpoint: Checkpoint
+    info: ModelInfo
+    stream: DataStream
+    lock: threading.RLock = field(default_factory=threading.RLock)  # evaluators are stateful
+    _batches: dict[str, EvalBatch] = field(default_factory=dict)
+    _evaluators: dict[str, PrefixCachedEvaluator] = field(default_factory=dict)
+    _texts: dict[str, TextSample] | None = None
+
+    @property
+    def model(self) -> Any:
+        return self.checkpoint.model
+
+    @property
+    def plan(self) -> torch.Tensor:
+        return self.checkpoint.plan
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.stream.tokenizer
+
+    def batch(self, eval_set: str) -> EvalBatch:
+        """The fixed batch of make_eval_batch(config, eval_set, EVAL_SEQS) (same stream, same seeds)."""
+        if eval_set not in self._batches:
+            try:
+                self._batches[eval_set] = self.stream.eval_batch(eval_set, EVAL_SEQS)
+            except ValueError as exc:
+                raise InvalidInput(f"eval_set: {exc}") from None
+        return self._batches[eval_set]
+
+    def evaluator(self, eval_set: str) -> PrefixCachedEvaluator:
+        if eval_set not in self._evaluators:
+            self._evaluators[eval_set] = PrefixCachedEvaluator(self.model, self.batch(eval_set))
+        return self._evaluators[eval_set]
+
+    def texts(self) -> dict[str, TextSample]:
+        """Bundled texts for heatmaps: the first sequences of the text and copy evaluation sets."""
+        if self._texts is None:
+            texts: dict[str, TextSample] = {}
+            for kind, label in (("text", "Validation text"), ("copy", "Copy task")):
+                try:
+                    batch = self.stream.eval_batch(kind, TEXT_SEQS)
+                except ValueError:  # trained without a synthetic task
+                    continue
+                for i in range(TEXT_SEQS):
+                    texts[f"{kind}-{i}"] = TextSample(f"{kind}-{i}", f"{label} {i + 1}", kind, batch.idx[i])
+            self._texts = texts
+        return self._texts
+
+    def text(self, text_id: str) -> TextSample:
+        texts = self.texts()
+        if text_id not in texts:
+            raise NotFound(f"text {text_id!r} not found for model {self.id!r}; known: {', '.join(texts)}")
+        return texts[text_id]
+
+
+def _model_info(model_id: str, name: str, config: RunConfig, n_params: int, run_id: int | None,
+                preset: str | None) -> ModelInfo:
+    m = config.model
+    buckets = [None if b is None or b >= m.seq_len else b for b in m.buckets]
+    return ModelInfo(id=model_id, name=name, n_layer=m.n_layer, n_head=m.n_head, seq_len=m.seq_len,
+                     preset=preset or config.preset, buckets=buckets, n_params=n_params, run_id=run_id)
+
+
+class Registry:
+    def __init__(self, settings: Settings, sessions: sessionmaker[Session]) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self._loaded: OrderedDict[str, LoadedModel] = OrderedDict()
+        self._infos: dict[tuple[str, str, float], ModelInfo] = {}
+        self._lock = threading.Lock()
+        self._load_locks: dict[str, threading.Lock] = {}
+        self._results: OrderedDict[Hashable, Any] = OrderedDict()
+
+    # -- paths and metadata ---------------------------------------------------------------
+
+    def resolve(self, relative: str) -> Path:
+        """A stored checkpoint path, resolved and checked to lie inside the data dir."""
+        root = self.settings.data_dir.resolve()
+        path = (root / relative).resolve()
+        if not path.is_relative_to(root):
+            raise Unavailable(f"checkpoint path {relative!r} is outside AAH_DATA_DIR; refusing to load it")
+        return path
+
+    def _entry(self, model_id: str) -> catalog.CheckpointEntry:
+        with transaction(self.sessions) as s:
+            return catalog.get_checkpoint(s, model_id)
+
+    def _info_from_files(self, entry: catalog.CheckpointEntry) -> ModelInfo:
+        """ModelInfo from config.json and the safetensors header, without loading weights."""
+        path = self.resolve(entry.path)
+        try:
+            stamp = (path / "config.json").stat().st_mtime
+        except OSError:
+            raise Unavailable(f"model {entry.id!r}: checkpoint {entry.path!r} is missing") from None
+        key = (entry.id, entry.path, stamp)
+        if key not in self._infos:
+            try:
+                header = json.loads((path / "config.json").read_text())
+                config = RunConfig.from_dict(header["config"])
+                with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+                    n_params = sum(_numel(f.get_slice(k).get_shape()) for k in f.keys())
+            except (OSError, ValueError, KeyError, TypeError, AAHError, SafetensorError) as exc:
+                raise Unavailable(f"model {entry.id!r}: checkpoint {entry.path!r} is unreadable ({exc})") from None
+            self._infos[key] = _model_info(entry.id, entry.name, config, n_params, entry.run_id, entry.preset)
+        return self._infos[key]
+
+    def list_models(self) -> list[ModelInfo]:
+        """Every registered checkpoint that can be read; unreadable ones are logged and skipped."""
+        with transaction(self.sessions) as s:
+            entries = catalog.list_checkpoints(s)
+        out = []
+        for entry in entries:
+            try:
+                out.append(self._info_from_files(entry))
+            except Unavailable as exc:
+                logger.warning("skipping %s", exc.detail)
+        return out
+
+    def info(self, model_id: str) -> ModelInfo:
+        return self._info_from_files(self._entry(model_id))
+
+    # -- loading --------------------------------------------------------------------------
+
+    def get(self, model_id: str) -> LoadedModel:
+        """The loaded model (loading it on first use; the least recently used one is dropped)."""
+        with self._lock:
+            if model_id in self._loaded:
+                self._loaded.move_to_end(model_id)
+                return self._loaded[model_id]
+            load_lock = self._load_locks.setdefault(model_id, threading.Lock())
+        with load_lock:  # one load per model even under concurrent first requests
+            with self._lock:
+                if model_id in self._loaded:
+                    return self._loaded[model_id]
+            entry = self._entry(model_id)
+            info = self._info_from_files(entry)
+            try:
+                ckpt = load_checkpoint(self.resolve(entry.path))
+                stream = DataStream(ckpt.config.data, ckpt.config.model.seq_len)
+            except (CheckpointError, AAHError, ValueError, OSError) as exc:
+                raise Unavailable(f"model {model_id!r} cannot be loaded: {exc}") from None
+            loaded = LoadedModel(model_id, ckpt, info, stream)
+            logger.info("model %s loaded from %s", model_id, entry.path)
+            with self._lock:
+                self._loaded[model_id] = loaded
+                while len(self._loaded) > self.settings.max_loaded_models:
+                    dropped, _ = self._loaded.popitem(last=False)
+                    self.forget_results(dropped)
+            return loaded
+
+    def preload(self) -> None:
+        for info in self.list_models()[: self.settings.max_loaded_models]:
+            try:
+                self.get(info.id)
+            except Unavailable as exc:
+                logger.warning("preload: %s", exc.detail)
+
+    # -- the result cache (by model, kind and plan) ------------------------------------------
+
+    def cached(self, key: Hashable) -> Any | None:
+        with self._lock:
+            if key in self._results:
+                self._results.move_to_end(key)
+                return self._results[key]
+        return None
+
+    def remember(self, key: Hashable, value: Any) -> None:
+        if self.settings.result_cache_size == 0:
+            return
+        with self._lock:
+            self._results[key] = value
+            while len(self._results) > self.settings.result_cache_size:
+                self._results.popitem(last=False)
+
+    def forget_results(self, model_id: str) -> None:
+        for key in [k for k in self._results if isinstance(k, tuple) and k and k[0] == model_id]:
+            del self._results[key]
+
+    def close(self) -> None:
+        with self._lock:
+            self._loaded.clear()
+            self._results.clear()
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n

@@ -1,0 +1,60 @@
+"""Service settings: one pydantic-settings object, read from AAH_* environment variables.
+
+Nothing else in the backend reads ``os.environ``; the object built in ``create_app``
+reaches the code through ``app.state.settings`` and the dependencies in ``deps.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The demo checkpoint shipped with the package (repository root / data / demo).
+SHIPPED_DEMO_DIR = Path(__file__).resolve().parent.parent / "data" / "demo"
+
+
+class Settings(BaseSettings):
+    """Everything the service can be told from outside. Env names are AAH_<FIELD>."""
+
+    model_config = SettingsConfigDict(env_prefix="AAH_", extra="ignore")
+
+    data_dir: Path = Field(Path("./data"), description="SQLite store, checkpoints and job outputs live here.")
+    api_token: SecretStr | None = Field(
+        None, description="When set, POST/PUT/DELETE need 'Authorization: Bearer <token>'. "
+        "Set it whenever the port is reachable by anyone else."
+    )
+    ui_origin: str = Field(
+        "http://127.0.0.1:8501,http://localhost:8501",
+        description="Comma-separated browser origins allowed by CORS (the dashboard).",
+    )
+    max_jobs: int = Field(2, ge=0, le=64, description="Training jobs allowed to run at once.")
+    max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest accepted request body.")
+    demo_dir: Path | None = Field(SHIPPED_DEMO_DIR, description="Checkpoint registered on a fresh data dir.")
+    seed_demo: bool = Field(True, description="Register the demo checkpoint and its history on a fresh store.")
+    seed_paper: bool = Field(True, description="Import the paper's reported tables as a read-only experiment.")
+    preload_models: bool = Field(True, description="Load registered checkpoints at startup, not on first use.")
+    result_cache_size: int = Field(512, ge=0, description="Evaluation results kept per process (LRU).")
+    max_loaded_models: int = Field(4, ge=1, description="Checkpoints kept in memory at once (LRU).")
+    job_grace_s: float = Field(10.0, ge=0, description="Seconds a cancelled worker gets before it is killed.")
+    torch_threads: int | None = Field(None, ge=1, description="torch.set_num_threads for evaluation.")
+
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "aah.db"
+
+    @property
+    def ui_origins(self) -> list[str]:
+        return [o.strip() for o in self.ui_origin.split(",") if o.strip()]
+
+    def token(self) -> str | None:
+        """The API token, or None when mutating endpoints are open."""
+        if self.api_token is None or not self.api_token.get_secret_value():
+            return None
+        return self.api_token.get_secret_value()

@@ -1,0 +1,325 @@
+"""The run store: functions over a ``Session`` that return schemas, never ORM rows.
+
+Commit and rollback belong to the caller's ``db.transaction``; these functions only read
+and write. Domain failures raise ``errors.NotFound`` / ``Conflict`` (mapped to HTTP once).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.sqlite import insert
+from sqlalchemy.orm import Session
+
+from backend.errors import Conflict, NotFound
+from backend.models import ACTIVE_STATUSES, Experiment, LatestMetric, Metric, Param, Run, WindowAssignment
+from backend.schemas import MetricSeries, Progress, RunPublic
+
+MetricRow = tuple[str, int, float, float]  # key, step, value, timestamp (epoch seconds)
+_CHUNK = 400  # rows per INSERT: stays under SQLite's bound-parameter limit
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def iso(ms: int | None) -> str | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+
+
+def split_value(value: float) -> tuple[float | None, str | None]:
+    """A float as (value, special): NaN and +-inf are stored as NULL plus a tag."""
+    value = float(value)
+    if math.isnan(value):
+        return None, "nan"
+    if math.isinf(value):
+        return None, "inf" if value > 0 else "-inf"
+    return value, None
+
+
+# ---- experiments and runs ----------------------------------------------------------------
+
+def ensure_experiment(s: Session, name: str, read_only: bool = False) -> int:
+    exp_id = s.scalar(select(Experiment.id).where(Experiment.name == name))
+    if exp_id is None:
+        exp = Experiment(name=name, read_only=read_only, created_at=now_ms())
+        s.add(exp)
+        s.flush()
+        exp_id = exp.id
+    return exp_id
+
+
+def create_run(s: Session, *, name: str, experiment: str, status: str = "SCHEDULED", preset: str | None = None,
+               params: dict[str, str] | None = None, config: dict | None = None, read_only: bool = False,
+               seq_len: int | None = None, total_steps: int | None = None, checkpoint: str | None = None,
+               data_hash: str | None = None, git_rev: str | None = None) -> int:
+    run = Run(name=name, experiment_id=ensure_experiment(s, experiment, read_only=read_only), status=status,
+              preset=preset, config_json=None if config is None else json.dumps(config), read_only=read_only,
+              seq_len=seq_len, total_steps=total_steps, checkpoint=checkpoint, data_hash=data_hash,
+              git_rev=git_rev, created_at=now_ms())
+    s.add(run)
+    s.flush()
+    if params:
+        log_params(s, run.id, params)
+    return run.id
+
+
+def _run_row(s: Session, run_id: int) -> Run:
+    run = s.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} not found")
+    return run
+
+
+def run_exists(s: Session, run_id: int) -> None:
+    _run_row(s, run_id)
+
+
+def run_config(s: Session, run_id: int) -> dict | None:
+    raw = _run_row(s, run_id).config_json
+    return None if raw is None else json.loads(raw)
+
+
+def runs_public(s: Session, run_ids: Sequence[int]) -> list[RunPublic]:
+    """RunPublic for the given ids, in that order, with params and summaries loaded in bulk."""
+    if not run_ids:
+        return []
+    rows = s.execute(select(Run, Experiment.name).join(Experiment).where(Run.id.in_(run_ids))).all()
+    by_id = {run.id: (run, exp) for run, exp in rows}
+    params: dict[int, dict[str, str]] = defaultdict(dict)
+    for run_id, key, value in s.execute(select(Param.run_id, Param.key, Param.value)
+                                        .where(Param.run_id.in_(run_ids))):
+        params[run_id][key] = value
+    summary = latest_values(s, run_ids)
+    out = []
+    for run_id in run_ids:
+        if run_id not in by_id:
+            raise NotFound(f"run {run_id} not found")
+        run, exp = by_id[run_id]
+        progress = None
+        if run.total_steps:
+            progress = Progress(step=run.progress_step or 0, total_steps=run.total_steps)
+        out.append(RunPublic(
+            id=run.id, name=run.name, experiment=exp, status=run.status, preset=run.preset,
+            params=params[run_id], summary=summary.get(run_id, {}), created_at=iso(run.created_at),
+            started_at=iso(run.started_at), ended_at=iso(run.ended_at), progress=progress, error=run.error,
+            read_only=run.read_only, checkpoint=run.checkpoint, data_hash=run.data_hash, git_rev=run.git_rev,
+        ))
+    return out
+
+
+def get_run(s: Session, run_id: int) -> RunPublic:
+    return runs_public(s, [run_id])[0]
+
+
+def list_runs(s: Session, *, experiment: str | None = None, preset: str | None = None,
+              status: str | None = None, limit: int = 100, offset: int = 0) -> list[RunPublic]:
+    query = select(Run.id).join(Experiment)
+    if experiment is not None:
+        query = query.where(Experiment.name == experiment)
+    if preset is not None:
+        query = query.where(Run.preset == preset)
+    if status is not None:
+        query = query.where(Run.status == status)
+    ids = list(s.scalars(query.order_by(Run.id.desc()).limit(limit).offset(offset)))
+    return runs_public(s, ids)
+
+
+def count_runs(s: Session) -> int:
+    return s.scalar(select(func.count(Run.id))) or 0
+
+
+def run_status(s: Session, run_id: int) -> str:
+    return _run_row(s, run_id).status
+
+
+_MUTABLE = {"status", "checkpoint", "data_hash", "git_rev", "seq_len", "started_at", "ended_at",
+            "progress_step", "total_steps", "error", "pid", "config_json"}
+
+
+def update_run(s: Session, run_id: int, **fields: object) -> None:
+    unknown = set(fields) - _MUTABLE
+    if unknown:
+        raise ValueError(f"cannot update run fields {sorted(unknown)}")
+    run = _run_row(s, run_id)
+    if run.read_only:
+        raise Conflict(f"run {run_id} is read-only (a reference experiment)")
+    for key, value in fields.items():
+        setattr(run, key, value)
+
+
+def end_run(s: Session, run_id: int, status: str, error: str | None = None) -> bool:
+    """Move an active run to a final status; a run that already ended is left alone."""
+    result = s.execute(update(Run).where(Run.id == run_id, Run.status.in_(ACTIVE_STATUSES))
+                       .values(status=status, error=error, ended_at=now_ms(), pid=None))
+    return result.rowcount > 0
+
+
+def reconcile_active_runs(s: Session, message: str) -> list[int]:
+    """Runs left SCHEDULED/RUNNING by a service that stopped: they can never finish now."""
+    ids = list(s.scalars(select(Run.id).where(Run.status.in_(ACTIVE_STATUSES))))
+    for run_id in ids:
+        end_run(s, run_id, "FAILED", message)
+    return ids
+
+
+# ---- params and metrics ------------------------------------------------------------------
+
+def flatten_params(config: dict, prefix: str = "") -> dict[str, str]:
+    """{"model": {"n_layer": 4}} -> {"model.n_layer": "4"}: a nested config as string params."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten_params(value, f"{name}."))
+        else:
+            out[name] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+    return out
+
+
+def log_params(s: Session, run_id: int, params: dict[str, str]) -> None:
+    """Params are write-once: the same value again is fine, a different one is a conflict."""
+    existing = dict(s.execute(select(Param.key, Param.value).where(Param.run_id == run_id)).tuples().all())
+    for key, value in params.items():
+        value = str(value)[:8000]
+        if key in existing and existing[key] != value:
+            raise Conflict(f"param {key!r} of run {run_id} is {existing[key]!r}; params cannot change")
+        if key not in existing:
+            s.add(Param(run_id=run_id, key=key[:250], value=value))
+
+
+def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
+    """Append metric rows and move each key's latest value forward; returns rows written."""
+    records = []
+    newest: dict[str, dict] = {}
+    for key, step, value, timestamp in rows:
+        stored, special = split_value(value)
+        rec = {"run_id": run_id, "key": key, "step": int(step), "value": stored, "special": special,
+               "timestamp": float(timestamp)}
+        records.append(rec)
+        if key not in newest or rec["step"] >= newest[key]["step"]:
+            newest[key] = rec
+    for i in range(0, len(records), _CHUNK):
+        s.execute(insert(Metric), records[i:i + _CHUNK])
+    latest = list(newest.values())
+    for i in range(0, len(latest), _CHUNK):
+        stmt = insert(LatestMetric).values(latest[i:i + _CHUNK])
+        s.execute(stmt.on_conflict_do_update(
+            index_elements=["run_id", "key"],
+            set_={c: stmt.excluded[c] for c in ("step", "value", "special", "timestamp")},
+            where=stmt.excluded.step >= LatestMetric.step,
+        ))
+    return len(records)
+
+
+def latest_values(s: Session, run_ids: Sequence[int]) -> dict[int, dict[str, float | None]]:
+    out: dict[int, dict[str, float | None]] = defaultdict(dict)
+    query = select(LatestMetric.run_id, LatestMetric.key, LatestMetric.value).where(
+        LatestMetric.run_id.in_(run_ids)).order_by(LatestMetric.key)
+    for run_id, key, value in s.execute(query):
+        out[run_id][key] = value
+    return out
+
+
+def metric_keys(s: Session, run_id: int) -> list[str]:
+    return list(s.scalars(select(LatestMetric.key).where(LatestMetric.run_id == run_id)
+                          .order_by(LatestMetric.key)))
+
+
+def read_metrics(s: Session, run_id: int, keys: Sequence[str] | None = None, min_step: int | None = None,
+                 max_step: int | None = None) -> dict[str, MetricSeries]:
+    """Series per key, ordered by step (then insertion order for repeated steps)."""
+    run_exists(s, run_id)
+    query = select(Metric.key, Metric.step, Metric.value, Metric.timestamp).where(Metric.run_id == run_id)
+    if keys is not None:
+        query = query.where(Metric.key.in_(list(keys)))
+    if min_step is not None:
+        query = query.where(Metric.step >= min_step)
+    if max_step is not None:
+        query = query.where(Metric.step <= max_step)
+    cols: dict[str, tuple[list, list, list]] = {}
+    for key, step, value, ts in s.execute(query.order_by(Metric.key, Metric.step, Metric.id)):
+        steps, values, stamps = cols.setdefault(key, ([], [], []))
+        steps.append(step)
+        values.append(value)
+        stamps.append(ts)
+    return {k: MetricSeries(step=a, value=b, timestamp=c) for k, (a, b, c) in cols.items()}
+
+
+def aggregate_metrics(s: Session, run_ids: Sequence[int], keys: Sequence[str], agg: str,
+                      step: int | None = None) -> dict[int, dict[str, float | None]]:
+    """One value per (run, key): the last, min or max value, or the value at the last step <= ``step``.
+
+    Non-finite values are NULL in the store, so min/max skip them.
+    """
+    out: dict[int, dict[str, float | None]] = {r: dict.fromkeys(keys) for r in run_ids}
+    if agg == "last":
+        query = select(LatestMetric.run_id, LatestMetric.key, LatestMetric.value)
+        query = query.where(LatestMetric.run_id.in_(run_ids), LatestMetric.key.in_(keys))
+    elif agg in ("min", "max"):
+        fn = func.min if agg == "min" else func.max
+        query = select(Metric.run_id, Metric.key, fn(Metric.value)).where(
+            Metric.run_id.in_(run_ids), Metric.key.in_(keys)).group_by(Metric.run_id, Metric.key)
+    else:
+        last = (select(Metric.run_id, Metric.key, func.max(Metric.step).label("step"))
+                .where(Metric.run_id.in_(run_ids), Metric.key.in_(keys), Metric.step <= step)
+                .group_by(Metric.run_id, Metric.key).subquery())
+        query = select(Metric.run_id, Metric.key, Metric.value).join(
+            last, (Metric.run_id == last.c.run_id) & (Metric.key == last.c.key) & (Metric.step == last.c.step)
+        ).order_by(Metric.id)  # a repeated step: the row written last wins
+    for run_id, key, value in s.execute(query):
+        out[run_id][key] = value
+    return out
+
+
+# ---- window plans ------------------------------------------------------------------------
+
+def log_plan(s: Session, run_id: int, step: int, windows: list[list[int | None]]) -> None:
+    """Store a run's plan at ``step`` (replacing one already stored at that step)."""
+    rows = [{"run_id": run_id, "step": int(step), "layer": layer, "head": head, "window": w}
+            for layer, row in enumerate(windows) for head, w in enumerate(row)]
+    stmt = insert(WindowAssignment).values(rows)
+    s.execute(stmt.on_conflict_do_update(index_elements=["run_id", "step", "layer", "head"],
+                                         set_={"window": stmt.excluded.window}))
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    steps: list[int]  # every step with a stored plan
+    step: int  # the chosen one
+    seq_len: int
+    windows: list[list[int | None]]
+
+
+def read_plan(s: Session, run_id: int, step: int | None = None) -> RunPlan:
+    """A run's plan at ``step`` (None = the latest stored)."""
+    run = _run_row(s, run_id)
+    steps = list(s.scalars(select(WindowAssignment.step).where(WindowAssignment.run_id == run_id)
+                           .distinct().order_by(WindowAssignment.step)))
+    if not steps:
+        raise NotFound(f"run {run_id} has no window plan stored")
+    if step is None:
+        step = steps[-1]
+    elif step not in steps:
+        raise NotFound(f"run {run_id} has no window plan at step {step}; stored steps: {_brief(steps)}")
+    rows = s.execute(select(WindowAssignment.layer, WindowAssignment.head, WindowAssignment.window)
+                     .where(WindowAssignment.run_id == run_id, WindowAssignment.step == step)).all()
+    n_layer = max(r[0] for r in rows) + 1
+    n_head = max(r[1] for r in rows) + 1
+    plan: list[list[int | None]] = [[None] * n_head for _ in range(n_layer)]
+    seq_len = int(run.seq_len or json.loads(run.config_json or "{}").get("model", {}).get("seq_len", 0))
+    for layer, head, window in rows:  # full is written as null, whatever was stored
+        plan[layer][head] = None if window is None or (seq_len and window >= seq_len) else window
+    return RunPlan(steps, step, seq_len, plan)
+
+
+def _brief(values: list[int], limit: int = 10) -> str:
+    shown = ", ".join(str(v) for v in values[:limit])
+    return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")

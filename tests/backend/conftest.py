@@ -1,0 +1,46 @@
+"""Backend fixtures: a tiny trained checkpoint laid out like the shipped demo, and apps on temp stores."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from aah_core.checkpoint import load_checkpoint, save_checkpoint
+from aah_core.config import apply_overrides
+from aah_core.presets import get_preset
+from aah_core.train import JsonlSink, train
+from aah_core.windows import validate_plan
+from backend.app import create_app
+from backend.settings import Settings
+
+TINY_PLAN = [[4, None], [16, 8]]  # a non-trivial own plan: 2 layers x 2 heads, seq_len 64
+
+
+@pytest.fixture(scope="session")
+def tiny_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer model trained for 2 steps, saved with TINY_PLAN plus its history, as data/demo is."""
+    root = tmp_path_factory.mktemp("tiny-demo")
+    config = apply_overrides(get_preset("tiny"), {"train.max_steps": 2, "train.eval_every": 2})
+    train(config, root / "trained", [JsonlSink(root / "history.jsonl")])
+    ckpt = load_checkpoint(root / "trained")
+    plan = validate_plan(TINY_PLAN, 2, 2, config.model.seq_len)
+    ckpt.model.set_plan(plan)
+    save_checkpoint(root / "demo", ckpt.model, ckpt.config, plan=plan, meta=ckpt.meta)
+    shutil.copy(root / "history.jsonl", root / "demo" / "history.jsonl")
+    return root / "demo"
+
+
+def make_settings(data_dir: Path, demo_dir: Path | None, **overrides: object) -> Settings:
+    return Settings(data_dir=data_dir, demo_dir=demo_dir, **overrides)
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory, tiny_demo: Path) -> Iterator[TestClient]:
+    """A module-wide app on its own temp store, seeded with the tiny demo and the paper tables."""
+    data_dir = tmp_path_factory.mktemp("data")
+    with TestClient(create_app(make_settings(data_dir, tiny_demo))) as c:
+        yield c

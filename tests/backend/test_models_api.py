@@ -1,0 +1,195 @@
+"""Models: listing, own windows, texts, live evaluation, heatmaps, retained mass, sensitivity."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from aah_core.checkpoint import load_checkpoint
+from aah_core.evaluate import evaluate_loss, make_eval_batch
+from tests.backend.conftest import TINY_PLAN
+
+API = "/api/v1"
+
+
+def test_models_lists_the_seeded_demo(client):
+    models = client.get(f"{API}/models").json()
+    assert [m["id"] for m in models] == ["demo"]
+    demo = models[0]
+    assert (demo["n_layer"], demo["n_head"], demo["seq_len"]) == (2, 2, 64)
+    assert demo["buckets"] == [4, 16, None]
+    assert demo["n_params"] > 0 and demo["run_id"] is not None
+    assert client.get(f"{API}/models/demo").json() == demo
+
+
+def test_unknown_model_is_404(client):
+    for path in ("", "/windows", "/texts", "/attention", "/retained-mass", "/sensitivity"):
+        r = client.get(f"{API}/models/nope{path}")
+        assert r.status_code == 404, path
+        assert "model 'nope' not found" in r.json()["detail"]
+    r = client.post(f"{API}/models/nope/evaluate", json={"windows": TINY_PLAN})
+    assert r.status_code == 404
+
+
+def test_own_windows_with_coverage(client):
+    body = client.get(f"{API}/models/demo/windows").json()
+    assert body["windows"] == TINY_PLAN and body["seq_len"] == 64
+    assert body["acr"] == pytest.approx((4 + 64 + 16 + 8) / 4 / 64)
+    assert 0 < body["causal_coverage"] < 1 and 0 < body["tile_coverage"] <= 1
+
+
+def test_texts(client):
+    texts = client.get(f"{API}/models/demo/texts").json()
+    assert [t["id"] for t in texts] == ["text-0", "text-1", "copy-0", "copy-1"]
+    assert all(t["n_tokens"] == 64 and t["preview"] for t in texts)
+
+
+def test_evaluate_own_plan_equals_aah_eval_exactly(client, tiny_demo):
+    ckpt = load_checkpoint(tiny_demo)
+    expected = evaluate_loss(ckpt.model, make_eval_batch(ckpt.config, "mixed", n_seq=4))
+    body = client.post(f"{API}/models/demo/evaluate", json={"windows": TINY_PLAN}).json()
+    assert body["loss"] == expected
+    assert body["baseline_loss"] == expected
+    assert body["delta"] == 0.0 and body["delta_pct"] == 0.0
+    assert body["perplexity"] == pytest.approx(math.exp(expected))
+    assert body["windows"] == TINY_PLAN and body["per_token"] is None
+
+
+def test_evaluate_one_head_edit_and_result_cache(client, tiny_demo):
+    edited = [[4, None], [16, 1]]
+    first = client.post(f"{API}/models/demo/evaluate", json={"windows": edited, "eval_set": "text"}).json()
+    ckpt = load_checkpoint(tiny_demo)
+    plan = torch.tensor([[4, 64], [16, 1]])
+    expected = evaluate_loss(ckpt.model, make_eval_batch(ckpt.config, "text", n_seq=4), plan)
+    assert first["loss"] == pytest.approx(expected, abs=1e-6)
+    assert first["delta"] == pytest.approx(first["loss"] - first["baseline_loss"])
+    again = client.post(f"{API}/models/demo/evaluate", json={"windows": edited, "eval_set": "text"}).json()
+    assert again["cached"] and again["loss"] == first["loss"]
+
+
+def test_evaluate_per_token(client):
+    body = client.post(f"{API}/models/demo/evaluate",
+                       json={"windows": [[1, 1], [1, 1]], "eval_set": "copy", "per_token": True}).json()
+    pt = body["per_token"]
+    assert len(pt["tokens"]) == len(pt["loss"]) == len(pt["baseline"]) == len(pt["delta"]) == 64
+    for loss, base, delta in zip(pt["loss"], pt["baseline"], pt["delta"], strict=True):
+        assert (loss is None) == (base is None) == (delta is None)
+        if loss is not None:
+            assert delta == pytest.approx(loss - base)
+    assert any(v is None for v in pt["loss"])  # copy prompts are not scored
+
+
+def test_evaluate_full_written_as_null(client):
+    body = client.post(f"{API}/models/demo/evaluate", json={"windows": [[64, 1000], [None, 8]]}).json()
+    assert body["windows"] == [[None, None], [None, 8]]
+
+
+@pytest.mark.parametrize(("windows", "message"), [
+    ([[4, 0], [16, 8]], "windows: layer 0, head 1: window 0 is invalid"),
+    ([[4, None], [16, -3]], "windows: layer 1, head 1: window -3 is invalid"),
+    ([[4, 2.5], [16, 8]], "windows: layer 0, head 1"),
+    ([[4, "8"], [16, 8]], "windows: layer 0, head 1"),
+    ([[4, True], [16, 8]], "windows: layer 0, head 1"),
+    ([[4, None]], "plan must be a list of 2 layers"),
+    ([[4, None], [16, 8, 8]], "layer 1: expected 2 windows; got 3"),
+    ("full", "windows"),
+])
+def test_evaluate_rejects_bad_plans(client, windows, message):
+    r = client.post(f"{API}/models/demo/evaluate", json={"windows": windows})
+    assert r.status_code == 422
+    assert message in r.json()["detail"]
+
+
+def test_evaluate_rejects_unknown_fields_and_sets(client):
+    r = client.post(f"{API}/models/demo/evaluate", json={"windows": TINY_PLAN, "eval_set": "wiki"})
+    assert r.status_code == 422 and "eval_set" in r.json()["detail"]
+    r = client.post(f"{API}/models/demo/evaluate", json={"window": TINY_PLAN})
+    assert r.status_code == 422 and "windows: Field required" in r.json()["detail"]
+
+
+def _check_maps(body, window):
+    full, windowed, cut = body["full"], body["windowed"], body["cut_mass"]
+    T = len(full)
+    for i in range(T):
+        assert all(v is None for v in full[i][i + 1:]) and all(v is None for v in windowed[i][i + 1:])
+        band = range(max(0, i - window + 1), i + 1)
+        assert sum(windowed[i][j] for j in band) == pytest.approx(1.0, abs=1e-5)
+        assert sum(windowed[i][: i + 1]) == pytest.approx(1.0, abs=1e-5)  # nothing outside the band
+        assert sum(full[i][: i + 1]) == pytest.approx(1.0, abs=1e-5)
+        assert cut[i] == pytest.approx(sum(full[i][j] for j in range(0, max(0, i - window + 1))), abs=1e-6)
+
+
+def test_attention_default_window_is_the_models_own(client):
+    body = client.get(f"{API}/models/demo/attention", params={"layer": 1, "head": 0, "text_id": "text-1"}).json()
+    assert body["window"] == 16 and body["pool"] == 1 and body["n_tokens"] == 64
+    assert len(body["tokens"]) == 64
+    _check_maps(body, 16)
+    assert body["cut_mass"][:16] == [0.0] * 16
+
+
+def test_attention_with_window_and_posted_text(client):
+    body = client.get(f"{API}/models/demo/attention", params={"layer": 0, "head": 1, "window": 3}).json()
+    assert body["window"] == 3
+    _check_maps(body, 3)
+    body = client.post(f"{API}/models/demo/attention",
+                       json={"layer": 0, "head": 0, "text": "def f(x):\n    return x", "window": 5}).json()
+    assert body["n_tokens"] == 22 and body["tokens"][:3] == ["d", "e", "f"]
+    _check_maps(body, 5)
+    full = client.post(f"{API}/models/demo/attention", json={"layer": 0, "head": 0, "text": "abc", "window": 99})
+    assert full.json()["window"] is None and full.json()["cut_mass"] == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(("params", "status", "message"), [
+    ({"layer": 2}, 422, "layer: 2 is out of range"),
+    ({"head": 5}, 422, "head: 5 is out of range"),
+    ({"layer": -1}, 422, "layer"),
+    ({"window": 0}, 422, "window"),
+    ({"text_id": "nope"}, 404, "text 'nope' not found"),
+])
+def test_attention_errors(client, params, status, message):
+    r = client.get(f"{API}/models/demo/attention", params=params)
+    assert r.status_code == status and message in r.json()["detail"]
+
+
+def test_attention_post_errors(client):
+    r = client.post(f"{API}/models/demo/attention", json={"layer": 0, "head": 0, "text": ""})
+    assert r.status_code == 422 and "empty" in r.json()["detail"]
+    r = client.post(f"{API}/models/demo/attention", json={"layer": 0, "head": 0, "text": "x" * 4097})
+    assert r.status_code == 422 and r.json()["detail"].startswith("text:")
+
+
+def test_retained_mass_curves(client):
+    body = client.get(f"{API}/models/demo/retained-mass", params={"text_id": "copy-0"}).json()
+    assert body["buckets"] == [4, 16, None]
+    mass = torch.tensor(body["mass"])
+    assert mass.shape == (2, 2, 3)
+    assert torch.all(mass[..., 1:] >= mass[..., :-1] - 1e-6)  # more keys keep more mass
+    assert torch.allclose(mass[..., -1], torch.ones(2, 2), atol=1e-5)  # full keeps everything
+    averaged = client.get(f"{API}/models/demo/retained-mass").json()
+    assert torch.tensor(averaged["mass"]).shape == (2, 2, 3)
+
+
+def test_sensitivity_sweep(client):
+    body = client.get(f"{API}/models/demo/sensitivity", params={"eval_set": "text"}).json()
+    assert body["buckets"] == [4, 16, None]
+    delta = body["delta"]
+    assert len(delta) == 2 and len(delta[0]) == 2 and len(delta[0][0]) == 3
+    assert delta[0][0][0] == 0.0 and delta[1][0][1] == 0.0 and delta[0][1][2] == 0.0  # own windows
+    edited = client.post(f"{API}/models/demo/evaluate", json={"windows": [[4, None], [4, 8]], "eval_set": "text"})
+    assert delta[1][0][0] == pytest.approx(edited.json()["delta"], abs=1e-6)
+
+
+def test_allocate_is_503_until_the_allocator_lands(client):
+    r = client.post(f"{API}/models/demo/allocate", json={"budget": 0.5})
+    try:
+        import aah_core.allocate  # noqa: F401
+    except ImportError:
+        assert r.status_code == 503 and "allocation not available yet" in r.json()["detail"]
+    else:
+        assert r.status_code == 200
+        body = r.json()
+        assert body["curve"] and body["causal_coverage"] <= 0.5 + 1e-9
+    assert client.post(f"{API}/models/demo/allocate", json={"budget": 0}).status_code == 422
+    assert client.post(f"{API}/models/demo/allocate", json={"budget": 1.5}).status_code == 422

@@ -1,0 +1,117 @@
+"""The store under load and at its edges: one writer + 8 readers, non-finite values, params,
+and migrations that match the ORM models."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import func, select, text
+
+from backend import store
+from backend.db import make_engine, make_session_factory, transaction
+from backend.errors import Conflict
+from backend.migrate import upgrade
+from backend.models import Base, Metric
+from backend.sink import SqliteMetricsSink
+
+
+@pytest.fixture
+def sessions(tmp_path):
+    engine = make_engine(tmp_path / "aah.db")
+    upgrade(engine)
+    yield make_session_factory(engine)
+    engine.dispose()
+
+
+def test_pragmas(sessions):
+    with sessions() as s:
+        assert s.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert s.execute(text("PRAGMA foreign_keys")).scalar() == 1
+        assert s.execute(text("PRAGMA busy_timeout")).scalar() == 30000
+
+
+def test_migrations_match_the_models(sessions):
+    with sessions() as s:
+        diff = compare_metadata(MigrationContext.configure(s.connection()), Base.metadata)
+    assert diff == []
+
+
+def test_upgrade_is_idempotent(tmp_path):
+    engine = make_engine(tmp_path / "aah.db")
+    upgrade(engine)
+    upgrade(engine)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+    engine.dispose()
+
+
+def test_nonfinite_values_round_trip_as_null(sessions):
+    with transaction(sessions) as s:
+        run_id = store.create_run(s, name="r", experiment="e")
+        store.log_metrics(s, run_id, [("x", 1, math.nan, 1.0), ("x", 2, math.inf, 2.0), ("x", 3, -math.inf, 3.0),
+                                      ("x", 4, 1.5, 4.0)])
+    with transaction(sessions) as s:
+        specials = list(s.scalars(select(Metric.special).order_by(Metric.step)))
+        assert specials == ["nan", "inf", "-inf", None]
+        assert store.read_metrics(s, run_id)["x"].value == [None, None, None, 1.5]
+        assert store.latest_values(s, [run_id])[run_id] == {"x": 1.5}
+
+
+def test_latest_value_follows_the_highest_step(sessions):
+    with transaction(sessions) as s:
+        run_id = store.create_run(s, name="r", experiment="e")
+        store.log_metrics(s, run_id, [("x", 5, 5.0, 1.0)])
+        store.log_metrics(s, run_id, [("x", 3, 3.0, 2.0)])  # a late, older step does not win
+        assert store.latest_values(s, [run_id])[run_id] == {"x": 5.0}
+
+
+def test_params_are_write_once(sessions):
+    with transaction(sessions) as s:
+        run_id = store.create_run(s, name="r", experiment="e", params={"lr": "0.1"})
+        store.log_params(s, run_id, {"lr": "0.1", "seed": "0"})
+        with pytest.raises(Conflict, match="params cannot change"):
+            store.log_params(s, run_id, {"lr": "0.2"})
+
+
+def test_one_writer_and_eight_readers_lose_nothing(sessions, tmp_path):
+    """A training-style sink writes in batches while 8 threads keep reading series and summaries."""
+    with transaction(sessions) as s:
+        run_id = store.create_run(s, name="load", experiment="e")
+    sink = SqliteMetricsSink(sessions, run_id, tmp_path, seq_len=64, flush_rows=97, flush_s=0.05)
+    n_steps, keys = 400, ("train_loss", "lr", "tokens_per_s")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    reads = [0] * 8
+
+    def reader(i: int) -> None:
+        try:
+            while not stop.is_set():
+                with transaction(sessions) as s:
+                    series = store.read_metrics(s, run_id, ["train_loss"])
+                    steps = series["train_loss"].step if series else []
+                    assert steps == sorted(steps) and len(steps) == len(set(steps))
+                    store.get_run(s, run_id)
+                reads[i] += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        for step in range(1, n_steps + 1):
+            sink.on_metrics(step, {k: step * 0.5 for k in keys})
+        sink.flush()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert all(n > 0 for n in reads)
+    with transaction(sessions) as s:
+        assert s.scalar(select(func.count()).select_from(Metric).where(Metric.run_id == run_id)) == n_steps * 3
+        assert store.get_run(s, run_id).summary == {k: n_steps * 0.5 for k in sorted(keys)}
