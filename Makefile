@@ -6,8 +6,8 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -c1-16)
 export AAH_DATA_DIR ?= $(CURDIR)/data
-API_PORT ?= 8000
-UI_PORT ?= 8501
+export AAH_API_PORT ?= 8000
+export AAH_UI_PORT ?= 8501
 
 .PHONY: setup browser test bench demo demo-model clean
 
@@ -35,8 +35,10 @@ test: setup browser
 bench: setup
 	$(PY) -m bench.run_all
 
+# Starts the API (127.0.0.1:$AAH_API_PORT) and the dashboard (127.0.0.1:$AAH_UI_PORT) on $AAH_DATA_DIR;
+# Ctrl-C stops both. Server logs go to $AAH_DATA_DIR/logs/.
 demo: setup
-	$(PY) -m aah_core.cli serve --api-port $(API_PORT) --ui-port $(UI_PORT)
+	$(VENV)/bin/aah serve
 
 # Retrains the shipped demo checkpoint from scratch (about 40-60 minutes on a 2-core CPU).
 demo-model: setup

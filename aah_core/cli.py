@@ -78,6 +78,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from aah_core.serve import serve
+
+    return serve(host=args.host, api_port=args.api_port, ui_port=args.ui_port, data_dir=args.data_dir,
+                 timeout=args.timeout, verbose=args.verbose)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aah", description="AAH Studio: per-head attention windows.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -98,6 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_presets)
     p = sub.add_parser("bench", help="run the benchmarks in bench/ (writes bench/results/)")
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("serve", help="start the API and the dashboard; Ctrl-C stops both")
+    p.add_argument("--host", default="127.0.0.1", help="bind address of both servers (default 127.0.0.1)")
+    p.add_argument("--api-port", type=int, help="API port (default $AAH_API_PORT or 8000)")
+    p.add_argument("--ui-port", type=int, help="dashboard port (default $AAH_UI_PORT or 8501)")
+    p.add_argument("--data-dir", help="store, checkpoints and logs (default $AAH_DATA_DIR or ./data)")
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for both health checks")
+    p.add_argument("--verbose", action="store_true", help="server logs on this terminal, not <data-dir>/logs")
+    p.set_defaults(func=cmd_serve)
     return parser
 
 
