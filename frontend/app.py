@@ -13,7 +13,9 @@ if str(_ROOT) not in sys.path:  # `streamlit run frontend/app.py` puts frontend/
 
 import streamlit as st  # noqa: E402
 
-_PAGES = Path(__file__).resolve().parent / "pages"
+# Not "pages/": Streamlit runs a directory of that name as a legacy multipage app and never executes
+# this file (so no st.navigation, no page config). See docs/frontend.md.
+_PAGES = Path(__file__).resolve().parent / "app_pages"
 PAGES = [
     ("editor", "Window editor", ":material/grid_on:"),
     ("attention", "Attention", ":material/blur_on:"),

@@ -81,7 +81,8 @@ def metric_badges(result: dict) -> None:
     """Loss, Δloss (nats and %), perplexity and the coverage metrics of one evaluation."""
     cols = st.columns(5)
     cols[0].metric("loss (nats)", f"{result['loss']:.4f}", help="mean next-token loss on the eval batch")
-    cols[1].metric("Δloss vs own plan", f"{result['delta']:+.4f}", f"{result['delta_pct']:+.2f} %",
+    pct = result["delta_pct"]
+    cols[1].metric("Δloss vs own plan", f"{result['delta']:+.4f}", f"{pct:+.2f} %" if abs(pct) >= 0.005 else None,
                    delta_color="inverse")
     cols[2].metric("perplexity", f"{result['perplexity']:.3f}")
     cols[3].metric("acr", f"{result['acr']:.3f}", help="mean over heads of min(w, T) / T (the paper's ACR)")

@@ -63,7 +63,7 @@ def cell_editor(model: dict, hist: S.PlanHistory) -> None:
     n_layer, n_head = model["n_layer"], model["n_head"]
     C.ensure_option(PAGE, "layer", list(range(n_layer)))
     C.ensure_option(PAGE, "head", list(range(n_head)))
-    c1, c2, c3 = st.columns([1, 1, 5])
+    c1, c2, c3 = st.columns([1, 1, 6])
     layer = c1.selectbox("Layer", list(range(n_layer)), key=C.key(PAGE, "layer"))
     head = c2.selectbox("Head", list(range(n_head)), key=C.key(PAGE, "head"))
     current = S.window_label(hist.current[layer][head])
@@ -140,9 +140,9 @@ def history_buttons(hist: S.PlanHistory) -> None:
 
 def grid(model: dict, hist: S.PlanHistory, layer: int, head: int) -> None:
     gkey = f"editor._grid.{hist.version}"
+    st.caption("Window map: click a cell to pick that head · black: picked · red outline: changed vs own plan")
     fig = F.window_grid_figure(hist.current, model.get("buckets") or [], selected=(layer, head),
-                               changed=S.changed_cells(hist.base, hist.current),
-                               title="click a cell to pick a head · red outline: changed")
+                               changed=S.changed_cells(hist.base, hist.current))
     C.show_figure(fig, gkey, on_select=functools.partial(_on_grid_click, gkey), selection_mode="points")
 
 

@@ -21,9 +21,9 @@ PROB_SCALE = "Blues"
 DIFF_SCALE = "RdBu"
 GRID_SCALE = "Viridis"
 COVERAGE_LABELS = {
-    "acr": "acr (mean window / seq_len)",
-    "causal_coverage": "causal_coverage (attended pairs / causal pairs)",
-    "tile_coverage": "tile_coverage (causal tiles touched)",
+    "acr": "acr (mean w / T)",
+    "causal_coverage": "causal_coverage (pairs kept)",
+    "tile_coverage": "tile_coverage (tiles touched)",
 }
 _PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
 
@@ -68,9 +68,9 @@ def _grid_trace(plan: Plan, levels: list[Window], show_scale: bool = True, hover
 
 def _grid_axes(fig: go.Figure, n_layer: int, n_head: int, row: int | None = None, col: int | None = None) -> None:
     fig.update_xaxes(title="head", tickvals=list(range(n_head)), ticktext=[f"H{h}" for h in range(n_head)],
-                     side="top", row=row, col=col)
+                     side="top", showgrid=False, zeroline=False, row=row, col=col)
     fig.update_yaxes(title="layer", tickvals=list(range(n_layer)), ticktext=[f"L{l}" for l in range(n_layer)],
-                     autorange="reversed", row=row, col=col)
+                     autorange="reversed", showgrid=False, zeroline=False, row=row, col=col)
 
 
 def window_grid_figure(plan: Plan, buckets: Sequence[Window] = (), *, changed: list[list[bool]] | None = None,
@@ -168,9 +168,10 @@ def _token_axes(fig: go.Figure, labels: list[str]) -> None:
     n = len(labels)
     step = max(1, n // 24)
     ticks = list(range(0, n, step))
-    fig.update_xaxes(title="key", tickvals=ticks, ticktext=[labels[i] for i in ticks], constrain="domain")
+    fig.update_xaxes(title="key", tickvals=ticks, ticktext=[labels[i] for i in ticks], constrain="domain",
+                     showgrid=False, zeroline=False)
     fig.update_yaxes(title="query", tickvals=ticks, ticktext=[labels[i] for i in ticks], autorange="reversed",
-                     scaleanchor="x", scaleratio=1, constrain="domain")
+                     scaleanchor="x", scaleratio=1, constrain="domain", showgrid=False, zeroline=False)
 
 
 def attention_diff_figure(full: Sequence[Sequence[float | None]], windowed: Sequence[Sequence[float | None]],
@@ -265,7 +266,7 @@ def loss_coverage_figure(metric: str, runs: Sequence[dict] = (), curve: Sequence
         if point:
             fig.add_trace(go.Scatter(x=[point["x"]], y=[point["y"]], mode="markers", name=name,
                                      marker=dict(color=color, size=16, symbol=symbol)))
-    fig.update_xaxes(title=coverage_label(metric))
+    fig.update_xaxes(title=coverage_label(metric), range=[0, 1.05])
     fig.update_yaxes(title="loss (nats)")
     return _layout(fig, f"loss vs {metric}", height=360)
 

@@ -243,10 +243,17 @@ def coerce_state(page: str, state: Mapping[str, Any]) -> dict[str, Any]:
     return decode_state(page, text)
 
 
+DEFAULT_PAGE = "editor"  # served at the app's root URL (Streamlit gives the default page no path)
+
+
+def page_path(page: str) -> str:
+    return "" if page == DEFAULT_PAGE else page
+
+
 def share_url(base_url: str, page: str, state: Mapping[str, Any]) -> str:
-    """The link that reopens this view: `<app>/<page>?<state>`."""
+    """The link that reopens this view: `<app>/<page>?<state>` (the editor lives at `<app>/`)."""
     query = urlencode(encode_state(page, state))
-    return f"{base_url.rstrip('/')}/{page}" + (f"?{query}" if query else "")
+    return f"{base_url.rstrip('/')}/{page_path(page)}" + (f"?{query}" if query else "")
 
 
 # -- runs ------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ PAGES = ["editor", "attention", "runs", "acr", "compare", "present"]
 
 
 def page(name: str, **params) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "frontend" / "pages" / f"{name}.py"), default_timeout=30)
+    at = AppTest.from_file(str(ROOT / "frontend" / "app_pages" / f"{name}.py"), default_timeout=30)
     for k, v in params.items():
         at.query_params[k] = v
     return at.run()
@@ -37,7 +37,7 @@ def test_every_page_renders_without_error(fake_api, name):
 def test_app_entry_navigates_and_present_mode_hides_navigation(fake_api):
     at = AppTest.from_file(str(ROOT / "frontend" / "app.py"), default_timeout=30).run()
     assert not at.exception and at.title[0].value == "Window editor"
-    at.switch_page("pages/compare.py").run()
+    at.switch_page("app_pages/compare.py").run()
     assert not at.exception and at.title[0].value == "Compare runs"
 
 
@@ -120,7 +120,7 @@ def test_save_view_posts_the_page_state(fake_api):
     at.button(key="editor._saveview").click().run()
     (_, args, _), = fake_api.called("create_view")
     assert args == ("all 4 in L0", "editor", {"model": "demo", "plan": "4.4.4.4_8.f.4.4"})
-    assert "http://127.0.0.1:8501/editor?model=demo&plan=4.4.4.4_8.f.4.4" in [c.value for c in at.code]
+    assert "http://127.0.0.1:8501/?model=demo&plan=4.4.4.4_8.f.4.4" in [c.value for c in at.code]
 
 
 def test_attention_url_state_drives_the_request_and_round_trips(fake_api):

@@ -76,6 +76,7 @@ def test_defaults_are_left_out_of_the_url_and_bad_values_fall_back():
 def test_share_url():
     url = S.share_url("http://h:8501/", "attention", {"model": "demo", "layer": 1, "head": 0})
     assert url == "http://h:8501/attention?model=demo&layer=1"
+    assert S.share_url("http://h:8501", "editor", {"plan": "4.f"}) == "http://h:8501/?plan=4.f"
 
 
 def test_parse_overrides():

@@ -37,22 +37,22 @@ def panel() -> None:
     with st.expander("Bulk edits and presets", expanded=False):
         E.preset_editor(model, own, hist, st.session_state[C.key(PAGE, "metric")])
         E.bulk_editor(model, hist)
-    left, right = st.columns([3, 2])
-    with left:
-        E.cell_editor(model, hist)
-        layer, head = st.session_state[C.key(PAGE, "layer")], st.session_state[C.key(PAGE, "head")]
-        E.grid(model, hist, layer, head)
-        with st.expander("Edit as a table"):
-            E.table_editor(model, hist)
+    E.cell_editor(model, hist)
     st.session_state[C.key(PAGE, "plan")] = "" if hist.current == own else S.encode_plan(hist.current)
     live = C.current_state(PAGE)
     C.publish(PAGE, live)
     result = None
-    with right, api.guard("evaluating the plan"):
-        with st.spinner("Evaluating the plan..."):
-            result = views.evaluate(model_id, hist.current, live["eval"])
+    with api.guard("evaluating the plan"), st.spinner("Evaluating the plan..."):
+        result = views.evaluate(model_id, hist.current, live["eval"])
         C.metric_badges(result)
-        E.live_plot(model, own_info, result, live["metric"])
+    left, right = st.columns([3, 2])
+    with left:
+        E.grid(model, hist, live["layer"], live["head"])
+        with st.expander("Edit as a table"):
+            E.table_editor(model, hist)
+    with right:
+        if result:
+            E.live_plot(model, own_info, result, live["metric"])
     if result and result.get("per_token"):
         pt = result["per_token"]
         C.show_figure(F.token_delta_figure(pt["tokens"], pt["delta"]), "editor._strip")

@@ -1,0 +1,140 @@
+"""Start the real API (uvicorn backend.app:app) and the real dashboard (streamlit run frontend/app.py)
+on free loopback ports with a temporary data dir, and drive Debian's Chromium with Playwright.
+Used by the browser test and by bench/ui.py."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def browser_missing() -> str | None:
+    """Why the browser cannot run here, or None."""
+    if not os.access(CHROMIUM, os.X_OK):
+        return f"{CHROMIUM} is missing (run `make browser`, which installs Debian's chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed"
+    return None
+
+
+@dataclass
+class Stack:
+    api_url: str
+    ui_url: str
+    data_dir: Path
+    log_dir: Path
+
+
+def _wait(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[2:4]} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def running_stack(work: Path, timeout: float = 120.0) -> Iterator[Stack]:
+    """Both services up and healthy for the duration of the block; both stopped afterwards."""
+    data, logs = work / "data", work / "logs"
+    data.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    api_port, ui_port = free_port(), free_port()
+    api_url, ui_url = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{ui_port}"
+    env = {**os.environ, "AAH_DATA_DIR": str(data), "AAH_API_URL": api_url, "PYTHONPATH": str(ROOT)}
+    env.pop("AAH_API_TOKEN", None)
+    procs = []
+    try:
+        api_log = logs / "api.log"
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "backend.app:app", "--host", "127.0.0.1", "--port", str(api_port)],
+            cwd=ROOT, env=env, stdout=api_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True))
+        ui_log = logs / "ui.log"
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "frontend/app.py", "--server.headless", "true",
+             "--server.port", str(ui_port), "--server.address", "127.0.0.1",
+             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+            cwd=ROOT, env=env, stdout=ui_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True))
+        _wait(f"{api_url}/api/v1/health", procs[0], api_log, timeout)
+        _wait(f"{ui_url}/_stcore/health", procs[1], ui_log, timeout)
+        yield Stack(api_url, ui_url, data, logs)
+    finally:
+        for p in procs:
+            _stop(p)
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def metric_value(page, label: str) -> str:
+    """The text of the st.metric whose label is `label` ('' while it is not on screen)."""
+    loc = page.locator('[data-testid="stMetric"]').filter(has_text=label).locator('[data-testid="stMetricValue"]')
+    return loc.first.inner_text(timeout=500).strip() if loc.count() else ""
+
+
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02, what: str = "condition"):
+    """Poll until `predicate()` is truthy; returns its value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except Exception:  # elements come and go while Streamlit reruns
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def copy_artifact(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)

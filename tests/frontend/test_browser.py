@@ -1,0 +1,115 @@
+"""End to end in a real browser: the real API and the real dashboard on free loopback ports with a
+temporary data dir, driven by Debian's Chromium through Playwright. Screenshots go to test-artifacts/
+(the editor and heatmap ones are copied to docs/ for the README)."""
+
+import re
+from urllib.parse import parse_qs, urlparse
+
+import httpx
+import pytest
+
+from tests.frontend import stack as S
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+ARTIFACTS = S.ROOT / "test-artifacts"
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    reason = S.browser_missing()
+    if reason:
+        pytest.skip(reason)
+    with S.running_stack(tmp_path_factory.mktemp("e2e")) as st_, S.chromium() as browser:
+        ARTIFACTS.mkdir(exist_ok=True)
+        yield st_, browser
+
+
+@pytest.fixture(scope="module")
+def model(live):
+    models = httpx.get(f"{live[0].api_url}/api/v1/models", timeout=30).json()
+    if not models:
+        pytest.skip("the API registered no model (is the demo checkpoint data/demo missing?)")
+    return models[0]
+
+
+def open_page(browser, url):
+    page = browser.new_page(viewport={"width": 1440, "height": 1100})
+    page.set_default_timeout(60_000)
+    page.goto(url)
+    return page
+
+
+def test_edit_a_head_and_share_the_view(live, model):
+    stack, browser = live
+    own = httpx.get(f"{stack.api_url}/api/v1/models/{model['id']}/windows", timeout=30).json()["windows"]
+    page = open_page(browser, f"{stack.ui_url}/")  # the editor is the default page
+    before = S.wait_for(lambda: S.metric_value(page, "loss (nats)"), what="the first loss")
+    choices = [str(b) for b in model["buckets"] if b is not None]
+    target = choices[0] if str(own[0][0]) != choices[0] else choices[1]
+    pills = page.get_by_role("radiogroup", name="Window of layer 0, head 0")
+    pills.get_by_role("radio", name=target, exact=True).click()
+    after = S.wait_for(lambda: (v := S.metric_value(page, "loss (nats)")) and v != before and v,
+                       what="the loss to change after the edit")
+    assert float(after) != float(before)
+    delta = S.metric_value(page, "Δloss vs own plan")
+    assert delta and float(delta) != 0.0
+    S.wait_for(lambda: "plan=" in page.url, what="the plan in the URL")
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ARTIFACTS / "editor.png"), full_page=True)
+    S.copy_artifact(ARTIFACTS / "editor.png", S.ROOT / "docs" / "editor.png")
+
+    plan = parse_qs(urlparse(page.url).query)["plan"][0]
+    assert plan.split("_")[0].split(".")[0] == target
+    shared = open_page(browser, page.url)  # a fresh session opened from the link
+    same = S.wait_for(lambda: S.metric_value(shared, "loss (nats)"), what="the loss on the shared link")
+    assert same == after
+    assert "plan=" + plan in shared.url
+    shared.close()
+    page.close()
+
+
+def test_heatmap_link_and_offline_export(live, model, tmp_path):
+    stack, browser = live
+    layer, head = model["n_layer"] - 1, model["n_head"] - 1
+    page = open_page(browser, f"{stack.ui_url}/attention?model={model['id']}&layer={layer}&head={head}")
+    title = f"L{layer}H{head} full causal attention"
+    S.wait_for(lambda: title in " ".join(page.locator(".gtitle").all_text_contents()), what="the heatmap")
+    S.wait_for(lambda: page.locator(".js-plotly-plot").count() >= 5, what="all attention figures")
+    page.wait_for_timeout(800)
+    page.screenshot(path=str(ARTIFACTS / "attention.png"), full_page=True)
+    S.copy_artifact(ARTIFACTS / "attention.png", S.ROOT / "docs" / "attention.png")
+    query = parse_qs(urlparse(page.url).query)
+    assert query["layer"] == [str(layer)] and query["head"] == [str(head)]
+
+    page.get_by_text("Share · save · export").click()
+    page.get_by_role("button", name="Prepare offline HTML").click()
+    button = page.get_by_role("button", name=re.compile("Download HTML"))
+    button.wait_for()
+    with page.expect_download() as info:
+        button.click()
+    html_path = tmp_path / "attention.html"
+    info.value.save_as(html_path)
+    (ARTIFACTS / "attention-export.html").write_bytes(html_path.read_bytes())
+    doc = html_path.read_text()
+    assert not re.search(r"<script[^>]+src=", doc, re.I)
+
+    offline = browser.new_context(offline=True)
+    requests = []
+    offline.on("request", lambda r: requests.append(r.url))
+    view = offline.new_page()
+    view.goto(html_path.as_uri())
+    view.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+    assert view.evaluate("typeof Plotly") == "object"
+    assert view.locator(".js-plotly-plot").count() >= 4
+    assert [u for u in requests if not u.startswith(("file:", "data:", "blob:"))] == []
+    view.screenshot(path=str(ARTIFACTS / "attention-export.png"))
+    offline.close()
+    page.close()
+
+
+def test_runs_table_lists_the_paper_reference(live):
+    stack, browser = live
+    page = open_page(browser, f"{stack.ui_url}/runs?experiment=paper%20(reported)")
+    S.wait_for(lambda: page.locator('[data-testid="stDataFrame"]').count() >= 1, what="the runs table")
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.close()
