@@ -89,8 +89,10 @@ def metric_badges(result: dict) -> None:
     cols[4].metric("causal_coverage", f"{result['causal_coverage']:.3f}",
                    help="attended (query, key) pairs / full causal pairs")
     cached = " (served from cache)" if result.get("cached") else ""
+    plan = S.encode_plan(result["windows"]) if result.get("windows") else "?"
     st.caption(f"server time {result.get('elapsed_ms', float('nan')):.0f} ms{cached} · "
-               f"eval set {result.get('eval_set', '?')} · tile_coverage {result.get('tile_coverage', float('nan')):.3f}")
+               f"eval set {result.get('eval_set', '?')} · tile_coverage {result.get('tile_coverage', float('nan')):.3f}"
+               f" · evaluated plan {plan}")
 
 
 def placeholder(text: str) -> None:

@@ -142,7 +142,7 @@ def grid(model: dict, hist: S.PlanHistory, layer: int, head: int) -> None:
     gkey = f"editor._grid.{hist.version}"
     st.caption("Window map: click a cell to pick that head · black: picked · red outline: changed vs own plan")
     fig = F.window_grid_figure(hist.current, model.get("buckets") or [], selected=(layer, head),
-                               changed=S.changed_cells(hist.base, hist.current))
+                               changed=S.changed_cells(hist.base, hist.current), clickable=True)
     C.show_figure(fig, gkey, on_select=functools.partial(_on_grid_click, gkey), selection_mode="points")
 
 

@@ -56,10 +56,10 @@ def _grid_trace(plan: Plan, levels: list[Window], show_scale: bool = True, hover
     index = {w: i for i, w in enumerate(levels)}
     z = [[index[w] for w in row] for row in plan]
     text = [[window_label(w) for w in row] for row in plan]
-    top = max(len(levels) - 1, 1)
+    top = len(levels) - 1  # one level only (e.g. all full): it still takes the widest colour
     return go.Heatmap(
         z=z, x=list(range(n_head)), y=list(range(n_layer)), text=text, texttemplate="%{text}",
-        colorscale=GRID_SCALE, zmin=0, zmax=top, xgap=2, ygap=2, showscale=show_scale,
+        colorscale=GRID_SCALE, zmin=0 if top > 0 else -1, zmax=top, xgap=2, ygap=2, showscale=show_scale,
         colorbar=dict(title="window", tickvals=list(range(len(levels))),
                       ticktext=[window_label(w) for w in levels]),
         hovertemplate=hover_prefix + "layer %{y}, head %{x}<br>window %{text}<extra></extra>",
@@ -67,18 +67,29 @@ def _grid_trace(plan: Plan, levels: list[Window], show_scale: bool = True, hover
 
 
 def _grid_axes(fig: go.Figure, n_layer: int, n_head: int, row: int | None = None, col: int | None = None) -> None:
-    fig.update_xaxes(title="head", tickvals=list(range(n_head)), ticktext=[f"H{h}" for h in range(n_head)],
+    fig.update_xaxes(tickvals=list(range(n_head)), ticktext=[f"H{h}" for h in range(n_head)],
                      side="top", showgrid=False, zeroline=False, row=row, col=col)
     fig.update_yaxes(title="layer", tickvals=list(range(n_layer)), ticktext=[f"L{l}" for l in range(n_layer)],
                      autorange="reversed", showgrid=False, zeroline=False, row=row, col=col)
 
 
 def window_grid_figure(plan: Plan, buckets: Sequence[Window] = (), *, changed: list[list[bool]] | None = None,
-                       selected: tuple[int, int] | None = None, title: str | None = None) -> go.Figure:
+                       selected: tuple[int, int] | None = None, title: str | None = None,
+                       clickable: bool = False) -> go.Figure:
     """The layer x head window map: one cell per head coloured by its window (full = widest colour),
-    layer 0 on top. `changed` cells are outlined in red, the `selected` cell in black."""
+    layer 0 on top. `changed` cells are outlined in red, the `selected` cell in black. With `clickable`,
+    an invisible marker sits on every cell: Plotly reports clicks on points, not on heatmap cells."""
     n_layer, n_head = len(plan), len(plan[0])
     fig = go.Figure(_grid_trace(plan, _levels(plan, buckets)))
+    if clickable:
+        cells = [(l, h) for l in range(n_layer) for h in range(n_head)]
+        fig.data[0].hoverinfo = "skip"
+        fig.add_trace(go.Scatter(
+            x=[h for _, h in cells], y=[l for l, _ in cells], mode="markers", showlegend=False, name="cells",
+            text=[window_label(plan[l][h]) for l, h in cells],
+            marker=dict(size=36, symbol="square", color="rgba(0,0,0,0)", opacity=0.01),
+            unselected=dict(marker=dict(opacity=0.01)), selected=dict(marker=dict(opacity=0.01)),
+            hovertemplate="layer %{y}, head %{x}<br>window %{text}<extra>click to pick</extra>"))
     _grid_axes(fig, n_layer, n_head)
     shapes = [_cell_rect(l, h) for l in range(n_layer) for h in range(n_head) if changed and changed[l][h]]
     if selected is not None:

@@ -123,7 +123,7 @@ def split_series(series: dict[str, dict]) -> dict[str, tuple[list, list]]:
 
 
 def acr_figures(run_id: int, keys: list[str], smoothing: float) -> tuple[dict, dict[str, go.Figure]]:
-    run = api.cached("run", run_id)
+    run = api.call("run", run_id)
     series = split_series(api.call("run_metrics", run_id)["series"])
     figs: dict[str, go.Figure] = {}
     chosen = {k: series[k] for k in keys if k in series}

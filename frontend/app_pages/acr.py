@@ -25,22 +25,32 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     c2.multiselect("Metrics", keys, key=C.key(PAGE, "keys"))
     c3.slider("EMA smoothing", 0.0, 0.99, key=C.key(PAGE, "smooth"), step=0.01)
 
-with api.guard("drawing the curves"):
-    state = C.current_state(PAGE)
-    run, figs = views.acr_figures(run_id, state["keys"], state["smooth"])
-    for line in views.run_lines(run):
-        st.caption(line)
-    if not figs:
-        C.placeholder("This run has no metrics yet; curves appear as training writes them.")
-    if "metrics" in figs:
-        C.show_figure(figs["metrics"], "acr._metrics")
-    left, right = st.columns(2)
-    with left:
-        if "coverage" in figs:
-            C.show_figure(figs["coverage"], "acr._coverage")
-    with right:
-        if "fractions" in figs:
-            C.show_figure(figs["fractions"], "acr._fractions")
+live = next((r["status"] in ("RUNNING", "SCHEDULED") for r in runs if r["id"] == run_id), False)
+
+
+@st.fragment(run_every=3.0 if live else None)
+def curves() -> None:
+    """The run's curves; while it trains they refresh every 3 s, so they grow on screen."""
+    with api.guard("drawing the curves"):
+        state = C.current_state(PAGE)
+        run, figs = views.acr_figures(run_id, state["keys"], state["smooth"])
+        for line in views.run_lines(run):
+            st.caption(line)
+        if not figs:
+            C.placeholder("This run has no metrics yet; curves appear as training writes them.")
+        if "metrics" in figs:
+            C.show_figure(figs["metrics"], "acr._metrics")
+        left, right = st.columns(2)
+        with left:
+            if "coverage" in figs:
+                C.show_figure(figs["coverage"], "acr._coverage")
+        with right:
+            if "fractions" in figs:
+                C.show_figure(figs["fractions"], "acr._fractions")
+
+
+curves()
+state = C.current_state(PAGE)
 
 with api.guard("window map"):
     if any(r["id"] == run_id and r.get("read_only") for r in runs):

@@ -39,6 +39,11 @@ def open_page(browser, url):
     return page
 
 
+def href(page) -> str:
+    """The address bar as the app left it (Streamlit updates it with history.replaceState)."""
+    return page.evaluate("location.href")
+
+
 def test_edit_a_head_and_share_the_view(live, model):
     stack, browser = live
     own = httpx.get(f"{stack.api_url}/api/v1/models/{model['id']}/windows", timeout=30).json()["windows"]
@@ -53,18 +58,26 @@ def test_edit_a_head_and_share_the_view(live, model):
     assert float(after) != float(before)
     delta = S.metric_value(page, "Δloss vs own plan")
     assert delta and float(delta) != 0.0
-    S.wait_for(lambda: "plan=" in page.url, what="the plan in the URL")
+    S.wait_for(lambda: "plan=" in href(page), what="the plan in the URL")
     page.wait_for_timeout(500)
     page.screenshot(path=str(ARTIFACTS / "editor.png"), full_page=True)
     S.copy_artifact(ARTIFACTS / "editor.png", S.ROOT / "docs" / "editor.png")
 
-    plan = parse_qs(urlparse(page.url).query)["plan"][0]
+    link = href(page)
+    plan = parse_qs(urlparse(link).query)["plan"][0]
     assert plan.split("_")[0].split(".")[0] == target
-    shared = open_page(browser, page.url)  # a fresh session opened from the link
+    shared = open_page(browser, link)  # a fresh session opened from the link
     same = S.wait_for(lambda: S.metric_value(shared, "loss (nats)"), what="the loss on the shared link")
     assert same == after
-    assert "plan=" + plan in shared.url
+    assert "plan=" + plan in href(shared)
     shared.close()
+
+    # clicking a cell of the window map picks that head for the cell editor
+    last = (model["n_layer"] - 1, model["n_head"] - 1)
+    box = page.locator('[data-testid="stPlotlyChart"]').first.locator(".nsewdrag").first.bounding_box()
+    page.mouse.click(box["x"] + (last[1] + 0.5) / model["n_head"] * box["width"],
+                     box["y"] + (last[0] + 0.5) / model["n_layer"] * box["height"])
+    page.get_by_role("radiogroup", name=f"Window of layer {last[0]}, head {last[1]}").wait_for()
     page.close()
 
 
@@ -78,7 +91,7 @@ def test_heatmap_link_and_offline_export(live, model, tmp_path):
     page.wait_for_timeout(800)
     page.screenshot(path=str(ARTIFACTS / "attention.png"), full_page=True)
     S.copy_artifact(ARTIFACTS / "attention.png", S.ROOT / "docs" / "attention.png")
-    query = parse_qs(urlparse(page.url).query)
+    query = parse_qs(urlparse(href(page)).query)
     assert query["layer"] == [str(layer)] and query["head"] == [str(head)]
 
     page.get_by_text("Share · save · export").click()
@@ -112,4 +125,21 @@ def test_runs_table_lists_the_paper_reference(live):
     page = open_page(browser, f"{stack.ui_url}/runs?experiment=paper%20(reported)")
     S.wait_for(lambda: page.locator('[data-testid="stDataFrame"]').count() >= 1, what="the runs table")
     assert page.locator('[data-testid="stException"]').count() == 0
+    page.close()
+
+
+@pytest.mark.parametrize("path", ["acr", "compare?paper=1", "present", "present?mode=present"])
+def test_page_tour_has_no_error(live, model, path):
+    stack, browser = live
+    api = f"{stack.api_url}/api/v1"
+    if not httpx.get(f"{api}/views", timeout=30).json():
+        httpx.post(f"{api}/views", json={"name": "tour", "page": "attention", "state": {"layer": "0"}}, timeout=30)
+    page = open_page(browser, f"{stack.ui_url}/{path}")
+    S.wait_for(lambda: page.locator(".js-plotly-plot .main-svg").count() >= 1, what=f"a figure on /{path}")
+    page.wait_for_timeout(500)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.locator('[data-testid="stAlertContentError"]').count() == 0, \
+        page.locator('[data-testid="stAlertContentError"]').all_inner_texts()
+    name = re.sub(r"[^a-z]+", "-", path).strip("-")
+    page.screenshot(path=str(ARTIFACTS / f"tour-{name}.png"), full_page=True)
     page.close()

@@ -139,3 +139,15 @@ def test_window_fraction_stack_orders_buckets_full_last():
     fig = F.window_fraction_figure({"full": ([0], [0.5]), "16": ([0], [0.25]), "4": ([0], [0.25])})
     assert [t.name for t in fig.data] == ["window 4", "window 16", "window full"]
     assert all(t.stackgroup == "frac" for t in fig.data) and tuple(fig.layout.yaxis.range) == (0, 1)
+
+
+def test_all_full_grid_uses_the_widest_colour():
+    hm = F.window_grid_figure([[None, None]]).data[0]
+    assert hm.z[0][0] == hm.zmax == 0 and hm.zmin == -1
+
+
+def test_clickable_grid_has_a_point_on_every_cell():
+    fig = F.window_grid_figure(PLAN, clickable=True)
+    pts = fig.data[1]
+    assert sorted(zip(pts.y, pts.x)) == [(l, h) for l in range(2) for h in range(4)]
+    assert fig.data[0].hoverinfo == "skip"
