@@ -27,3 +27,13 @@ def test_image_export_reports_why_when_unavailable(monkeypatch):
         export.figure_image(F.token_delta_figure(["a"], [0.0]), "png")
     with pytest.raises(ValueError):
         export.figure_image(F.token_delta_figure(["a"], [0.0]), "gif")
+
+
+@pytest.mark.slow
+def test_png_and_svg_render_with_the_local_chromium():
+    ok, reason = export.image_export_status()
+    if not ok:
+        pytest.skip(reason)
+    fig = F.window_grid_figure([[4, None]], [4, None])
+    assert export.figure_image(fig, "png")[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"<svg" in export.figure_image(fig, "svg")[:200]
