@@ -344,6 +344,10 @@ def serve(
     if not _is_loopback(host) and not os.environ.get("AAH_API_TOKEN"):
         out.write(f"warning: binding {host} without AAH_API_TOKEN: anyone who can reach port {api_port} may "
                   "start training jobs. Set AAH_API_TOKEN (see README, 'Security').\n")
+    demo = Path(os.environ.get("AAH_DEMO_DIR") or source_root() / "data" / "demo")
+    if not (data / "aah.db").exists() and not (demo / "model.safetensors").is_file():
+        out.write(f"note: no demo checkpoint in {demo}; the dashboard lists only the models you train. "
+                  "`make demo-model` trains it.\n")
     children = _children(data, host, api_port, ui_port, None if verbose else data / "logs")
     supervisor = Supervisor(children, source_root(), out)
     restore = _install_stop_handlers()
