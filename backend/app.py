@@ -16,6 +16,7 @@ from backend.db import make_engine, make_session_factory, transaction
 from backend.deps import require_token
 from backend.errors import install_error_handlers
 from backend.middleware import BodySizeLimit
+from backend.openapi import install_openapi
 from backend.reference import seed_paper_reference
 from backend.routers import health, models, presets, runs, views, windows
 from backend.seed import seed_demo
@@ -75,6 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     install_error_handlers(app)
+    install_openapi(app)
     for router in (health.router, models.router, presets.router, runs.router, views.router, windows.router):
         app.include_router(router, prefix=API_PREFIX)
     app.add_middleware(CORSMiddleware, allow_origins=settings.ui_origins, allow_credentials=False,

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from backend.db import transaction
@@ -37,19 +36,22 @@ def get_jobs(request: Request) -> JobManager:
     return request.app.state.jobs
 
 
-_bearer = HTTPBearer(auto_error=False, description="AAH_API_TOKEN; needed by POST/PUT/DELETE when set")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
-def require_token(request: Request,
-                  credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)] = None) -> None:
-    """When AAH_API_TOKEN is set, mutating endpoints (POST/PUT/DELETE) need 'Authorization: Bearer <token>'."""
+def require_token(request: Request) -> None:
+    """When AAH_API_TOKEN is set, mutating requests (POST/PUT/DELETE) need 'Authorization: Bearer <token>'.
+
+    Installed once for the whole app; it reads the header itself so that read-only operations do
+    not advertise an auth requirement (backend/openapi.py documents it on the mutating ones).
+    """
     token = request.app.state.settings.token()
     if token is None or request.method in SAFE_METHODS:
         return
-    if credentials is None:
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
         raise Unauthorized("this endpoint needs 'Authorization: Bearer <AAH_API_TOKEN>'")
-    if not secrets.compare_digest(credentials.credentials.encode(), token.encode()):
+    if not secrets.compare_digest(given.strip().encode(), token.encode()):
         raise Unauthorized("the bearer token does not match AAH_API_TOKEN")
 
 

@@ -13,10 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 Window = Annotated[StrictInt, Field(ge=1, description="keys seen by the head (>= 1); null = full")]
 Plan = Annotated[
-    list[list[Window | None]],
-    Field(description="per layer, per head: int >= 1 or null (full)", max_length=256),
+    list[Annotated[list[Window | None], Field(max_length=1024)]],
+    Field(description="per layer, per head: int >= 1 or null (full)", max_length=1024),
 ]
 EvalSet = Literal["mixed", "text", "copy"]
+# Ids and steps are SQLite integers (64-bit signed): anything larger is a 422, not an overflow.
+DbId = Annotated[int, Field(ge=1, le=2**62)]
+DbStep = Annotated[int, Field(ge=0, le=2**62)]
 RunStatus = Literal["SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"]
 MAX_VIEW_STATE_BYTES = 64 * 1024
 
@@ -205,7 +208,8 @@ class RunWindowsResponse(Response):
     windows: list[list[int | None]]
 
 
-OverrideValue = StrictInt | float | bool | str | None
+_OverrideInt = Annotated[StrictInt, Field(ge=-(2**62), le=2**62)]
+OverrideValue = _OverrideInt | float | bool | Annotated[str, Field(max_length=1000)] | None | list[_OverrideInt | None]
 
 
 class RunCreate(Request):
@@ -217,10 +221,10 @@ class RunCreate(Request):
 
 
 class CompareRequest(Request):
-    run_ids: list[int] = Field(min_length=1, max_length=100)
+    run_ids: list[DbId] = Field(min_length=1, max_length=100)
     keys: list[Annotated[str, Field(max_length=250)]] | None = Field(None, max_length=200)
     agg: Literal["last", "min", "max", "at_step"] = "last"
-    step: int | None = Field(None, ge=0)
+    step: DbStep | None = None
 
 
 class CompareRow(Response):
@@ -241,8 +245,8 @@ class CompareResponse(Response):
 
 
 class RunPlanRef(Request):
-    run_id: int
-    step: int | None = Field(None, ge=0)
+    run_id: DbId
+    step: DbStep | None = None
 
 
 class ModelPlanRef(Request):

@@ -181,3 +181,13 @@ def test_cors_only_for_the_ui_origin(client):
 def test_openapi_is_served(client):
     spec = client.get("/openapi.json").json()
     assert "/api/v1/models/{model_id}/evaluate" in spec["paths"]
+
+
+def test_openapi_documents_errors_and_auth(client):
+    spec = client.get("/openapi.json").json()
+    evaluate = spec["paths"]["/api/v1/models/{model_id}/evaluate"]["post"]
+    assert evaluate["security"] == [{"bearerAuth": []}, {}]
+    assert evaluate["responses"]["422"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Error"}
+    assert "security" not in spec["paths"]["/api/v1/runs"]["get"]
+    assert spec["components"]["schemas"]["Error"]["properties"]["detail"]["type"] == "string"
