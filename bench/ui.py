@@ -1,0 +1,101 @@
+"""Browser-measured latency of the window editor: from a click on a head's window (the pill under
+the grid) to the updated loss on screen, in Chromium driven by Playwright against the real API and
+the real dashboard on this machine.
+
+Each measured edit goes to a head not edited before, so every plan is new (no cache hit on either
+side). The clock is the page's own `performance.now()`: taken just before the click is dispatched,
+and again on the first animation frame where the metrics caption names the new plan (the loss is
+rendered in the same fragment update). Writes bench/results/ui-<machine>.json.
+
+    python -m bench.ui [--edits 15] [--warmup 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from bench.common import percentiles, write_result
+from frontend.state import encode_plan, parse_window, window_label
+from tests.frontend import stack as S
+
+_CLICK = """([label]) => {
+  const group = document.querySelector('[role=radiogroup][aria-label^="Window of layer"]');
+  const pill = [...group.querySelectorAll('button')].find(b => b.textContent.trim() === label);
+  const t0 = performance.now();
+  pill.click();
+  return t0;
+}"""
+_DONE = """([plan]) => {
+  const hit = [...document.querySelectorAll('[data-testid="stCaptionContainer"]')]
+    .some(e => e.textContent.includes('evaluated plan ' + plan + ' ') || e.textContent.endsWith('evaluated plan ' + plan));
+  return hit ? performance.now() : false;
+}"""
+
+
+def _select(page, label: str, value: int) -> None:
+    """Pick `value` in the selectbox labelled `label` (not timed)."""
+    box = page.get_by_role("combobox", name=label)
+    box.click()
+    page.get_by_role("option", name=str(value), exact=True).click()
+
+
+def measure(edits: int, warmup: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp, S.running_stack(Path(tmp)) as stack, S.chromium() as browser:
+        model = httpx.get(f"{stack.api_url}/api/v1/models", timeout=30).json()[0]
+        plan = httpx.get(f"{stack.api_url}/api/v1/models/{model['id']}/windows", timeout=30).json()["windows"]
+        labels = [window_label(b) for b in model["buckets"]]
+        page = browser.new_page(viewport={"width": 1440, "height": 1100})
+        page.set_default_timeout(60_000)
+        page.goto(stack.ui_url + "/")
+        S.wait_for(lambda: S.metric_value(page, "loss (nats)"), what="the first loss")
+        cells = [(l, h) for l in range(model["n_layer"]) for h in range(model["n_head"])]
+        samples, server_ms, losses = [], [], []
+        for i in range(warmup + edits):
+            layer, head = cells[i % len(cells)]
+            if i >= len(cells):  # more edits than heads: later rounds pick other windows, so plans stay new
+                labels = labels[1:] + labels[:1]
+            if (layer, head) != (0, 0) or i > 0:
+                _select(page, "Layer", layer)
+                _select(page, "Head", head)
+                page.get_by_role("radiogroup", name=f"Window of layer {layer}, head {head}").wait_for()
+            target = next(lb for lb in labels if parse_window(lb) != plan[layer][head])
+            plan = copy.deepcopy(plan)
+            plan[layer][head] = parse_window(target)
+            t0 = page.evaluate(_CLICK, [target])
+            t1 = page.wait_for_function(_DONE, arg=[encode_plan(plan)], polling="raf", timeout=120_000).json_value()
+            if i >= warmup:
+                samples.append(t1 - t0)
+                losses.append(S.metric_value(page, "loss (nats)"))
+                cap = page.locator('[data-testid="stCaptionContainer"]').filter(has_text="server time").first
+                server_ms.append(float(cap.inner_text().split("server time ")[1].split(" ms")[0]))
+        return {"model": {k: model[k] for k in ("id", "n_layer", "n_head", "seq_len")},
+                "edit_to_loss_ms": percentiles(samples), "samples_ms": [round(s, 1) for s in samples],
+                "server_eval_ms_p50": statistics.median(server_ms), "losses": losses,
+                "method": "Chromium + Playwright; performance.now() from pill click to the frame showing the "
+                          "new plan's metrics; each edit a new plan (no cache hits)"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--edits", type=int, default=15)
+    parser.add_argument("--warmup", type=int, default=2)
+    args = parser.parse_args()
+    reason = S.browser_missing()
+    if reason:
+        print(f"bench.ui skipped: {reason}")  # noqa: T201
+        return
+    result = measure(args.edits, args.warmup)
+    path = write_result("ui", result)
+    p = result["edit_to_loss_ms"]
+    print(f"edit -> loss on screen: p50 {p['p50']:.0f} ms, p95 {p['p95']:.0f} ms over {p['n']} edits "  # noqa: T201
+          f"(server eval p50 {result['server_eval_ms_p50']:.0f} ms) -> {path}")
+
+
+if __name__ == "__main__":
+    main()
