@@ -51,11 +51,7 @@ def _on_grid_click(gkey: str) -> None:
 
 
 def _on_table(hist: S.PlanHistory, tkey: str) -> None:
-    plan = [list(r) for r in hist.current]
-    for row, cells in (st.session_state.get(tkey) or {}).get("edited_rows", {}).items():
-        for col, label in cells.items():
-            plan[int(row)][int(str(col).lstrip("H"))] = S.parse_window(label)
-    _commit(hist, plan)
+    _commit(hist, S.apply_table_edits(hist.current, (st.session_state.get(tkey) or {}).get("edited_rows", {})))
 
 
 def cell_editor(model: dict, hist: S.PlanHistory) -> None:
@@ -159,12 +155,19 @@ def table_editor(model: dict, hist: S.PlanHistory) -> None:
 
 
 def live_plot(model: dict, own_info: dict, result: dict, metric: str) -> None:
+    ckey = f"editor._curve.{model['id']}"
+    with api.guard("the allocation curve"):
+        if not st.session_state.get(ckey) and st.button(
+                "Draw the allocation curve", key="editor._curvebtn",
+                help="runs the allocator from full attention down to 10 % coverage; the plan is not changed"):
+            with st.spinner("Running the allocator (the server evaluates candidate plans)..."):
+                res = api.call("allocate", model["id"], 0.1, metric=metric,
+                               eval_set=st.session_state.get(C.key(PAGE, "eval"), "mixed"))
+            st.session_state[ckey] = res.get("curve", [])
     with api.guard("loading runs for the coverage plot"):
         runs = views.run_points(metric)
-        curve = [{"x": p[metric], "y": p["loss"]} for p in st.session_state.get(f"editor._curve.{model['id']}", [])]
+        curve = [{"x": p[metric], "y": p["loss"]} for p in st.session_state.get(ckey) or []]
         fig = F.loss_coverage_figure(metric, runs, curve,
                                      live={"x": result[metric], "y": result["loss"]},
                                      baseline={"x": own_info[metric], "y": result["baseline_loss"]})
         C.show_figure(fig, "editor._lossplot")
-        if not curve:
-            st.caption("Apply the “budgeted allocation” preset to draw the allocator's loss-vs-coverage path.")

@@ -110,6 +110,15 @@ def k_full_per_layer(plan: Plan, k: int, w: Window) -> Plan:
     return out
 
 
+def apply_table_edits(plan: Plan, edited_rows: Mapping[Any, Mapping[str, Any]]) -> Plan:
+    """Apply `st.data_editor` edits ({row: {"H<h>": label}}) to a plan; returns a new plan."""
+    out = [list(row) for row in plan]
+    for row, cells in edited_rows.items():
+        for col, label in cells.items():
+            out[int(row)][int(str(col).lstrip("H"))] = parse_window(label)
+    return out
+
+
 # -- edit history ----------------------------------------------------------------------------------
 
 

@@ -199,3 +199,13 @@ def test_frontend_never_imports_torch():
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'aah_core', 'backend')]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, timeout=60)
+
+
+def test_editor_draws_the_allocation_curve_without_changing_the_plan(fake_api):
+    at = page("editor")
+    at.button(key="editor._curvebtn").click().run()
+    (_, args, kwargs), = fake_api.called("allocate")
+    assert args == ("demo", 0.1) and not at.exception
+    assert "plan" not in url(at)  # the plan is unchanged
+    at.run()
+    assert not [b for b in at.button if b.key == "editor._curvebtn"]  # the curve is kept; no button

@@ -105,3 +105,7 @@ def test_coerce_state_accepts_text_and_typed_values():
     assert S.coerce_state("compare", {"runs": [1, 2], "agg": "max", "paper": "1"})["runs"] == [1, 2]
     assert S.coerce_state("attention", {"layer": "1", "head": 3})["layer"] == 1
     assert S.coerce_state("attention", {"bogus": 1}) == S.defaults("attention")
+
+
+def test_apply_table_edits():
+    assert S.apply_table_edits(PLAN, {0: {"H1": "full"}, "1": {"H3": "16"}}) == [[4, None, None, 16], [8, None, 4, 16]]
