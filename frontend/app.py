@@ -27,7 +27,8 @@ PAGES = [
 
 
 def run() -> None:
-    presenting = st.query_params.get("mode") == "present"
+    # the URL for links; session state for the run right after the Present button (the URL follows)
+    presenting = "present" in (st.query_params.get("mode"), st.session_state.get("present.mode"))
     st.set_page_config(page_title="AAH Studio", page_icon=":material/grid_on:", layout="wide",
                        initial_sidebar_state="collapsed" if presenting else "auto")
     pages = [st.Page(str(_PAGES / f"{name}.py"), title=title, icon=icon, url_path=name, default=(i == 0))

@@ -209,3 +209,12 @@ def test_editor_draws_the_allocation_curve_without_changing_the_plan(fake_api):
     assert "plan" not in url(at)  # the plan is unchanged
     at.run()
     assert not [b for b in at.button if b.key == "editor._curvebtn"]  # the curve is kept; no button
+
+
+def test_present_button_hides_the_navigation_at_once(fake_api):
+    fake_api.create_view("edit", "editor", {})
+    at = AppTest.from_file(str(ROOT / "frontend" / "app.py"), default_timeout=30).run()
+    at.switch_page("app_pages/present.py").run()
+    assert at.sidebar.caption  # the API line sits in the sidebar outside present mode
+    at.button(key="present._mode").click().run()
+    assert not at.exception and not at.sidebar.caption and url(at)["mode"] == "present"
