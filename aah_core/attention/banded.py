@@ -41,20 +41,18 @@ def check_inputs(device: torch.device, dtype: torch.dtype, dropout_p: float) -> 
 
 
 @functools.lru_cache(maxsize=256)
-def buckets(windows: tuple[int, ...], T: int) -> tuple[tuple[tuple[int, tuple[int, ...]], ...], tuple[int, ...] | None]:
+def buckets(windows: tuple[int, ...], T: int) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...] | None]:
     """Heads grouped by window, every window >= T merged into the full bucket T.
 
-    Returns ((window, heads), ...) in order of first head, and the permutation that puts
-    the concatenated bucket outputs back in head order (None when they already are).
+    Returns ((window, n_heads), ...) in order of each bucket's first head, and the head
+    permutation that makes every bucket contiguous (None when they already are).
     """
     groups: dict[int, list[int]] = {}
     for h, w in enumerate(windows):
         groups.setdefault(min(w, T), []).append(h)
-    order = [h for heads in groups.values() for h in heads]
-    inverse = None
-    if order != sorted(order):
-        inverse = tuple(sorted(range(len(order)), key=order.__getitem__))
-    return tuple((w, tuple(heads)) for w, heads in groups.items()), inverse
+    order = tuple(h for heads in groups.values() for h in heads)
+    perm = None if order == tuple(range(len(windows))) else order
+    return tuple((w, len(heads)) for w, heads in groups.items()), perm
 
 
 def block_size(w: int, needs_grad: bool) -> int:
@@ -88,19 +86,20 @@ def windowed_bucket(
     B, Hb, T, D = q.shape
     if w >= T:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+    q_head, q_body = q.split([w, T - w], dim=2)  # (B, Hb, w, D), (B, Hb, T-w, D)
     head = F.scaled_dot_product_attention(
-        q[:, :, :w], k[:, :, :w], v[:, :, :w], dropout_p=dropout_p, is_causal=True, scale=scale
+        q_head, k[:, :, :w], v[:, :, :w], dropout_p=dropout_p, is_causal=True, scale=scale
     )  # (B, Hb, w, D): rows that still see the whole prefix
     c = block_size(w, torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
     n = -(-(T - w) // c)  # query blocks over rows w .. T-1
     L = c + w - 1  # keys per block
-    qb = F.pad(q[:, :, w:], (0, 0, 0, n * c - (T - w)))  # (B, Hb, n*c, D)
+    qb = F.pad(q_body, (0, 0, 0, n * c - (T - w)))  # (B, Hb, n*c, D)
     qb = qb.reshape(B * Hb, n, c, D)  # (B*Hb, n, c, D)
     # block b's keys start at position 1 + b*c; right-pad so the last block has L keys
     # (padded keys are only ever seen by padded query rows, which are dropped)
     kpad = n * c + w - T
-    kk = F.pad(k[:, :, 1:], (0, 0, 0, kpad))  # (B, Hb, n*c + w - 1, D)
-    vv = F.pad(v[:, :, 1:], (0, 0, 0, kpad))
+    kk = F.pad(k, (0, 0, -1, kpad))  # (B, Hb, n*c + w - 1, D): drops key 0, pads the end
+    vv = F.pad(v, (0, 0, -1, kpad))
     kb = kk.unfold(2, L, c).transpose(-1, -2).flatten(0, 1)  # (B*Hb, n, L, D) overlapping view
     vb = vv.unfold(2, L, c).transpose(-1, -2).flatten(0, 1)  # (B*Hb, n, L, D)
     mask = band_mask(c, w, q.dtype, q.device)  # (c, L), broadcast over (B*Hb, n)
@@ -118,23 +117,22 @@ def run_buckets(
 ) -> torch.Tensor:
     """Run bucket_fn(q_b, k_b, v_b, w) once per window bucket and reassemble [B, H, T, D].
 
-    A bucket whose heads are contiguous is a slice (no copy); scattered heads are gathered
-    once, and the output is put back in head order with one index_select.
+    Buckets are split off along heads (views; one cat in backward). When a bucket's heads
+    are not contiguous, q, k, v are permuted once first and the output once back.
     """
-    groups, inverse = buckets(tuple(windows), q.shape[-2])
+    groups, perm = buckets(tuple(windows), q.shape[-2])
     if len(groups) == 1:
         return bucket_fn(q, k, v, groups[0][0])
-    parts = []
-    for w, heads in groups:
-        if heads[-1] - heads[0] + 1 == len(heads):
-            sl = slice(heads[0], heads[-1] + 1)
-            parts.append(bucket_fn(q[:, sl], k[:, sl], v[:, sl], w))  # views (B, Hb, T, D)
-        else:
-            idx = torch.tensor(heads, device=q.device)
-            parts.append(bucket_fn(*(t.index_select(1, idx) for t in (q, k, v)), w))  # (B, Hb, T, D)
-    out = torch.cat(parts, dim=1)  # (B, H, T, D), heads in bucket order
-    if inverse is not None:
-        out = out.index_select(1, torch.tensor(inverse, device=q.device))  # back to head order
+    if perm is not None:
+        index = torch.tensor(perm, device=q.device)
+        q, k, v = (t.index_select(1, index) for t in (q, k, v))  # (B, H, T, D), buckets contiguous
+    sizes = [n for _, n in groups]
+    pieces = zip(q.split(sizes, dim=1), k.split(sizes, dim=1), v.split(sizes, dim=1))  # (B, Hb, T, D) views
+    out = torch.cat([bucket_fn(qb, kb, vb, w) for (w, _), (qb, kb, vb) in zip(groups, pieces)], dim=1)
+    if perm is not None:
+        inverse = torch.empty_like(index)
+        inverse[index] = torch.arange(len(perm), device=q.device)
+        out = out.index_select(1, inverse)  # (B, H, T, D) back in head order
     return out
 
 

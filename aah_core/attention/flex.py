@@ -113,7 +113,8 @@ def attend(
             "backend 'flex' is forward-only on CPU (no CPU backward in Inductor); "
             "use 'banded' to train, or call under torch.no_grad()"
         )
-    mask = block_mask(tuple(windows), q.shape[-2], q.device)
+    T = q.shape[-2]
+    mask = block_mask(tuple(min(w, T) for w in windows), T, q.device)
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
         out, compiled = _compiled()(q, k, v, mask, scale)
     if not compiled:
