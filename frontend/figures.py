@@ -165,6 +165,8 @@ def attention_figure(weights: Sequence[Sequence[float | None]], tokens: Sequence
         hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>distance %{customdata[2]}"
                       "<br>weight %{z:.3f}<extra></extra>"))
     band = band_coordinates(n, None if window is None else max(1, math.ceil(window / pool)))
+    if n > 64:  # on long maps the blank upper triangle already shows the causal edge
+        band.pop("diagonal")
     shapes = [dict(type="path", path=_svg_path(points), xref="x", yref="y", name=name,
                    line=dict(color="#e4572e" if name == "window" else "#888888", width=2,
                              dash="solid" if name == "window" else "dot"))
@@ -308,7 +310,8 @@ def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float |
         fig.add_trace(go.Scatter(x=list(steps), y=list(values), mode="markers", name=f"{name} (raw)",
                                  marker=dict(color=color, size=4), opacity=0.3, legendgroup=name,
                                  showlegend=False))
-        fig.add_trace(go.Scatter(x=list(steps), y=ema(values, smoothing), mode="lines", name=name,
+        fig.add_trace(go.Scatter(x=list(steps), y=ema(values, smoothing), name=name,
+                                 mode="lines" if len(steps) > 2 else "lines+markers",  # a lone point stays visible
                                  line=dict(color=color, width=2), legendgroup=name, connectgaps=True))
     fig.update_xaxes(title="step")
     fig.update_yaxes(title=y_title)

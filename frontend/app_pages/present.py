@@ -9,7 +9,8 @@ PAGE = "present"
 state = C.bind_state(PAGE)
 presenting = state["mode"] == "present"
 if presenting:
-    st.markdown("<style>html, body, [class*='st-'] {font-size: 1.25rem;} h1 {font-size: 3rem !important;}"
+    st.markdown("<style>[data-testid='stMarkdownContainer'] p, [data-testid='stMarkdownContainer'] li"
+                " {font-size: 1.5rem !important;} h2 {font-size: 2.8rem !important;}"
                 " [data-testid='stSidebar'], [data-testid='stSidebarCollapsedControl'] {display: none;}</style>",
                 unsafe_allow_html=True)
 else:
@@ -39,7 +40,7 @@ def _mode(m: str) -> None:
 
 
 c1, c2, c3, c4 = st.columns([1, 1, 4, 2])
-c1.button("◀ Previous", key="present._prev", on_click=_step, args=(-1,), disabled=st.session_state[sk] == 0)
+c1.button("◀ Prev", key="present._prev", on_click=_step, args=(-1,), disabled=st.session_state[sk] == 0)
 c2.button("Next ▶", key="present._next", on_click=_step, args=(1,), disabled=st.session_state[sk] >= len(deck) - 1)
 c3.caption(f"slide {st.session_state[sk] + 1} of {len(deck)}")
 c4.button("Leave present mode" if presenting else "Present (full screen, no sidebar)", key="present._mode",
@@ -53,8 +54,10 @@ with api.guard(f"slide “{view['name']}”"), st.spinner(f"Rendering “{view['
     st.header(view["name"])
     for line in sec.lines:
         st.markdown(f"- {line}")
-    for name, fig in sec.figures.items():
-        C.show_figure(fig, f"present._fig.{view['id']}.{name}")
+    cols = st.columns(2 if len(sec.figures) > 1 else 1)
+    for i, (name, fig) in enumerate(sec.figures.items()):
+        with cols[i % len(cols)]:
+            C.show_figure(fig, f"present._fig.{view['id']}.{name}")
 
 if not presenting:
     with st.expander("Export the deck"), api.guard("exporting the deck"):
