@@ -45,9 +45,13 @@ def _select(page, label: str, value: int) -> None:
     page.get_by_role("option", name=str(value), exact=True).click()
 
 
-def measure(edits: int, warmup: int) -> dict:
+def measure(edits: int, warmup: int) -> dict | None:
+    """The measurement, or None when the API registered no model (no demo checkpoint)."""
     with tempfile.TemporaryDirectory() as tmp, S.running_stack(Path(tmp)) as stack, S.chromium() as browser:
-        model = httpx.get(f"{stack.api_url}/api/v1/models", timeout=30).json()[0]
+        models = httpx.get(f"{stack.api_url}/api/v1/models", timeout=30).json()
+        if not models:
+            return None
+        model = models[0]
         plan = httpx.get(f"{stack.api_url}/api/v1/models/{model['id']}/windows", timeout=30).json()["windows"]
         labels = [window_label(b) for b in model["buckets"]]
         page = browser.new_page(viewport={"width": 1440, "height": 1100})
@@ -91,6 +95,9 @@ def main() -> None:
         print(f"bench.ui skipped: {reason}")  # noqa: T201
         return
     result = measure(args.edits, args.warmup)
+    if result is None:
+        print("bench.ui skipped: the API registered no model (is the demo checkpoint data/demo missing?)")  # noqa: T201
+        return
     path = write_result("ui", result)
     p = result["edit_to_loss_ms"]
     print(f"edit -> loss on screen: p50 {p['p50']:.0f} ms, p95 {p['p95']:.0f} ms over {p['n']} edits "  # noqa: T201
