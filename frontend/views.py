@@ -85,12 +85,19 @@ def window_request(model: dict, choice: str) -> int | None:
     return model["seq_len"] if w is None else w
 
 
-def attention_data(state: dict) -> tuple[dict, dict, list[dict]]:
+CUSTOM_TEXT = "own"  # the `text` state value meaning "the user's own text" (kept out of links)
+
+
+def attention_data(state: dict, own_text: str | None = None) -> tuple[dict, dict, list[dict]]:
+    """One head's maps on a bundled text, or on `own_text` when the state says so (POST /attention)."""
     model = pick_model(state["model"])
     texts = api.cached("model_texts", model["id"])
-    text_id = state["text"] or (texts[0]["id"] if texts else None)
-    data = api.cached("attention", model["id"], state["layer"], state["head"], text_id=text_id,
-                      window=window_request(model, state["window"]))
+    window = window_request(model, state["window"])
+    if state["text"] == CUSTOM_TEXT and own_text:
+        data = api.cached("attention", model["id"], state["layer"], state["head"], text=own_text, window=window)
+        return model, data, texts
+    text_id = state["text"] if state["text"] not in ("", CUSTOM_TEXT) else (texts[0]["id"] if texts else None)
+    data = api.cached("attention", model["id"], state["layer"], state["head"], text_id=text_id, window=window)
     return model, data, texts
 
 

@@ -28,9 +28,10 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
     c1, c2, c3, c4, c5 = st.columns([2, 2, 1, 1, 1])
     model_id = c1.selectbox("Model", ids, key=C.key(PAGE, "model"))
     model = next(m for m in models if m["id"] == model_id)
-    text_ids = [t["id"] for t in texts]
+    text_ids = [t["id"] for t in texts] + [views.CUSTOM_TEXT]
     C.ensure_option(PAGE, "text", text_ids)
     tnames = {t["id"]: f"{t['name']} ({t['kind']}, {t['n_tokens']} tokens)" for t in texts}
+    tnames[views.CUSTOM_TEXT] = "Your own text…"
     c2.selectbox("Text", text_ids, format_func=tnames.get, key=C.key(PAGE, "text"))
     C.ensure_option(PAGE, "layer", list(range(model["n_layer"])))
     C.ensure_option(PAGE, "head", list(range(model["n_head"])))
@@ -43,6 +44,13 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
                  format_func=lambda c: f"own ({S.window_label(own[layer][head])})" if c == "own" else c)
     state = C.current_state(PAGE)
     C.publish(PAGE, state)
+    own_text = None
+    if state["text"] == views.CUSTOM_TEXT:
+        own_text = st.text_area("Your text (up to 4096 characters; not part of shared links)", max_chars=4096,
+                                key="attention._own_text").strip() or None
+        if not own_text:
+            C.placeholder("Type or paste a text above to see this head's attention on it.")
+            st.stop()
 
     with st.expander("Pick a head on the model's window map", expanded=False):
         gkey = f"attention._grid.{model_id}"
@@ -52,7 +60,7 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
 with api.guard("attention maps"):
 
     with st.spinner(f"Computing layer {layer}, head {head} attention..."):
-        _, data, _ = views.attention_data(state)
+        _, data, _ = views.attention_data(state, own_text)
     figs = views.attention_figures(data)
     st.caption(f"{data['n_tokens']} tokens" + (f", average-pooled by {data['pool']}" if data.get("pool", 1) > 1 else "")
                + f" · window {S.window_label(data['window'])} · rows = query, columns = key; "
@@ -71,7 +79,8 @@ with api.guard("attention maps"):
 with api.guard("retained-mass curves"):
     if st.toggle("Retained-mass curve for this head", value=True, key="attention._rm"):
         with st.spinner("Computing retained mass for every head..."):
-            rm = api.cached("retained_mass", model_id, text_id=state["text"] or None)
+            rm = api.cached("retained_mass", model_id,
+                            text_id=None if state["text"] in ("", views.CUSTOM_TEXT) else state["text"])
         tau = st.slider("τ (suggest the smallest window keeping this much mass)", 0.5, 0.99, 0.9, 0.01,
                         key="attention._tau")
         mass = rm["mass"][layer][head]

@@ -93,7 +93,8 @@ class FakeApi:
                 "elapsed_ms": 12.0, "cached": False, "per_token": pt}
 
     def attention(self, model_id, layer, head, text_id=None, window=None, text=None):
-        self._rec("attention", model_id, layer, head, text_id=text_id, window=window)
+        self._rec("attention", model_id, layer, head, text_id=text_id, window=window,
+                  **({"text": text} if text is not None else {}))
         w = OWN[layer][head] if window is None else (None if window >= T else window)
         full, win, cut = _attn(w)
         return {"layer": layer, "head": head, "window": w, "seq_len": T, "tokens": list("abcdef"),

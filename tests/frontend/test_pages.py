@@ -218,3 +218,11 @@ def test_present_button_hides_the_navigation_at_once(fake_api):
     assert at.sidebar.caption  # the API line sits in the sidebar outside present mode
     at.button(key="present._mode").click().run()
     assert not at.exception and not at.sidebar.caption and url(at)["mode"] == "present"
+
+
+def test_attention_on_the_users_own_text(fake_api):
+    at = page("attention", text="own")
+    assert not fake_api.called("attention") and at.info  # asks for a text first
+    at.text_area(key="attention._own_text").input("def f(x): return x").run()
+    (_, args, kwargs), = fake_api.called("attention")
+    assert args == ("demo", 0, 0) and kwargs["text"] == "def f(x): return x" and not at.exception
