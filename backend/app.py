@@ -20,6 +20,7 @@ from backend.openapi import install_openapi
 from backend.reference import seed_paper_reference
 from backend.routers import health, models, presets, runs, views, windows
 from backend.seed import seed_demo
+from backend.services.cache import LruCache
 from backend.services.jobs import JobManager
 from backend.services.registry import Registry
 from backend.settings import Settings
@@ -27,6 +28,7 @@ from backend.store import reconcile_active_runs
 
 logger = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
+METRICS_CACHE_ITEMS = 256  # serialised metric responses kept (a few MB at most for demo-sized runs)
 
 
 @asynccontextmanager
@@ -52,6 +54,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.sessions = sessions
     app.state.registry = Registry(settings, sessions)
     app.state.jobs = JobManager(settings, sessions)
+    app.state.metrics_cache = LruCache(METRICS_CACHE_ITEMS)
     if settings.preload_models:
         app.state.registry.preload()
     logger.info("AAH Studio API %s ready (data dir %s)", __version__, settings.data_dir)

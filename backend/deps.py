@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from backend.db import transaction
 from backend.errors import Unauthorized
+from backend.services.cache import LruCache
 from backend.settings import Settings
 
 if TYPE_CHECKING:
@@ -39,6 +40,10 @@ def get_jobs(request: Request) -> JobManager:
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
+def get_metrics_cache(request: Request) -> LruCache:
+    return request.app.state.metrics_cache
+
+
 def require_token(request: Request) -> None:
     """When AAH_API_TOKEN is set, mutating requests (POST/PUT/DELETE) need 'Authorization: Bearer <token>'.
 
@@ -59,3 +64,4 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 RegistryDep = Annotated["Registry", Depends(get_registry)]
 JobsDep = Annotated["JobManager", Depends(get_jobs)]
+MetricsCacheDep = Annotated[LruCache, Depends(get_metrics_cache)]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 
 from backend import store
-from backend.deps import JobsDep, SessionDep
+from backend.deps import JobsDep, MetricsCacheDep, SessionDep
 from backend.errors import InvalidInput
 from backend.schemas import (
     CompareRequest,
@@ -55,19 +55,33 @@ def _parse_keys(keys: str | None) -> list[str] | None:
     return parsed
 
 
-@router.get("/{run_id}/metrics")
+@router.get("/{run_id}/metrics", response_model=MetricsResponse)
 def read_run_metrics(
     session: SessionDep,
+    cache: MetricsCacheDep,
     run_id: RunId,
     keys: Annotated[str | None, Query(max_length=10_000, description="comma-separated metric keys")] = None,
     min_step: Step = None,
     max_step: Step = None,
-) -> MetricsResponse:
+) -> Response:
     """Metric series by key (all keys when `keys` is omitted); NaN/inf come back as null."""
     if min_step is not None and max_step is not None and min_step > max_step:
         raise InvalidInput(f"min_step: {min_step} is greater than max_step {max_step}")
-    series = store.read_metrics(session, run_id, _parse_keys(keys), min_step, max_step)
-    return MetricsResponse(run_id=run_id, series=series)
+    parsed = _parse_keys(keys)
+    store.run_exists(session, run_id)
+    # Dashboards poll the same series from many tabs: serve the serialised body again until the
+    # run's metrics change (row count and newest id), so a poll costs one indexed count.
+    key = (run_id, None if parsed is None else tuple(parsed), min_step, max_step)
+    version = store.metrics_version(session, run_id)
+    hit = cache.get(key)
+    if hit is None or hit[0] != version:
+        with cache.stripe(key):
+            hit = cache.get(key)
+            if hit is None or hit[0] != version:
+                series = store.read_metrics(session, run_id, parsed, min_step, max_step)
+                hit = (version, MetricsResponse(run_id=run_id, series=series).model_dump_json().encode())
+                cache.put(key, hit)
+    return Response(content=hit[1], media_type="application/json")
 
 
 @router.get("/{run_id}/windows")

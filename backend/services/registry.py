@@ -29,6 +29,7 @@ from backend import catalog
 from backend.db import transaction
 from backend.errors import InvalidInput, NotFound, Unavailable
 from backend.schemas import ModelInfo
+from backend.services.cache import LruCache
 from backend.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ class Registry:
         self._infos: dict[tuple[str, str, float], ModelInfo] = {}
         self._lock = threading.Lock()
         self._load_locks: dict[str, threading.Lock] = {}
-        self._results: OrderedDict[Hashable, Any] = OrderedDict()
+        self.results = LruCache(settings.result_cache_size)
 
     # -- paths and metadata ---------------------------------------------------------------
 
@@ -207,28 +208,18 @@ class Registry:
     # -- the result cache (by model, kind and plan) ------------------------------------------
 
     def cached(self, key: Hashable) -> Any | None:
-        with self._lock:
-            if key in self._results:
-                self._results.move_to_end(key)
-                return self._results[key]
-        return None
+        return self.results.get(key)
 
     def remember(self, key: Hashable, value: Any) -> None:
-        if self.settings.result_cache_size == 0:
-            return
-        with self._lock:
-            self._results[key] = value
-            while len(self._results) > self.settings.result_cache_size:
-                self._results.popitem(last=False)
+        self.results.put(key, value)
 
     def forget_results(self, model_id: str) -> None:
-        for key in [k for k in self._results if isinstance(k, tuple) and k and k[0] == model_id]:
-            del self._results[key]
+        self.results.discard(lambda k: isinstance(k, tuple) and bool(k) and k[0] == model_id)
 
     def close(self) -> None:
         with self._lock:
             self._loaded.clear()
-            self._results.clear()
+        self.results.clear()
 
 
 def _numel(shape: list[int]) -> int:

@@ -191,3 +191,16 @@ def test_openapi_documents_errors_and_auth(client):
         "$ref": "#/components/schemas/Error"}
     assert "security" not in spec["paths"]["/api/v1/runs"]["get"]
     assert spec["components"]["schemas"]["Error"]["properties"]["detail"]["type"] == "string"
+
+
+def test_metric_reads_see_new_rows_despite_the_response_cache(client):
+    sessions = client.app.state.sessions
+    with transaction(sessions) as s:
+        run_id = store.create_run(s, name="growing", experiment="tests", status="RUNNING")
+        store.log_metrics(s, run_id, [("loss", 1, 1.0, 1.0)])
+    url = f"{API}/runs/{run_id}/metrics"
+    assert client.get(url).json()["series"]["loss"]["step"] == [1]
+    assert client.get(url).json()["series"]["loss"]["step"] == [1]  # served from the cache
+    with transaction(sessions) as s:
+        store.log_metrics(s, run_id, [("loss", 2, 0.5, 2.0)])
+    assert client.get(url).json()["series"]["loss"] == {"step": [1, 2], "value": [1.0, 0.5], "timestamp": [1.0, 2.0]}
