@@ -32,8 +32,8 @@ def coverage_label(metric: str) -> str:
     return COVERAGE_LABELS.get(metric, metric)
 
 
-def _layout(fig: go.Figure, title: str | None, height: int | None = None, **kw) -> go.Figure:
-    fig.update_layout(title=title, margin=dict(l=50, r=20, t=50 if title else 20, b=40),
+def _layout(fig: go.Figure, title: str | None, height: int | None = None, left: int = 50, **kw) -> go.Figure:
+    fig.update_layout(title=title, margin=dict(l=left, r=20, t=50 if title else 20, b=40),
                       uirevision="keep", height=height, **kw)
     return fig
 
@@ -174,7 +174,7 @@ def attention_figure(weights: Sequence[Sequence[float | None]], tokens: Sequence
     fig.update_layout(shapes=shapes)
     _token_axes(fig, labels)
     wl = window_label(window)
-    return _layout(fig, title or f"attention (window {wl})", height=520)
+    return _layout(fig, title or f"attention (window {wl})", height=520, left=90)
 
 
 def _token_axes(fig: go.Figure, labels: list[str]) -> None:
@@ -183,8 +183,9 @@ def _token_axes(fig: go.Figure, labels: list[str]) -> None:
     ticks = list(range(0, n, step))
     fig.update_xaxes(title="key", tickvals=ticks, ticktext=[labels[i] for i in ticks], constrain="domain",
                      showgrid=False, zeroline=False)
-    fig.update_yaxes(title="query", tickvals=ticks, ticktext=[labels[i] for i in ticks], autorange="reversed",
-                     scaleanchor="x", scaleratio=1, constrain="domain", showgrid=False, zeroline=False)
+    fig.update_yaxes(title=dict(text="query", standoff=6), tickvals=ticks, ticktext=[labels[i] for i in ticks],
+                     autorange="reversed", scaleanchor="x", scaleratio=1, constrain="domain", showgrid=False,
+                     zeroline=False, automargin=True)
 
 
 def attention_diff_figure(full: Sequence[Sequence[float | None]], windowed: Sequence[Sequence[float | None]],
@@ -200,7 +201,7 @@ def attention_diff_figure(full: Sequence[Sequence[float | None]], windowed: Sequ
         hoverongaps=False, colorbar=dict(title="Δ weight"),
         hovertemplate="query %{y}, key %{x}<br>windowed - full %{z:.3f}<extra></extra>"))
     _token_axes(fig, labels)
-    return _layout(fig, "difference: windowed - full", height=520)
+    return _layout(fig, "difference: windowed - full", height=520, left=90)
 
 
 def cut_mass_figure(cut_mass: Sequence[float], tokens: Sequence[str], *, pool: int = 1) -> go.Figure:

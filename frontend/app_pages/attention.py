@@ -64,7 +64,7 @@ with api.guard("attention maps"):
     figs = views.attention_figures(data)
     st.caption(f"{data['n_tokens']} tokens" + (f", average-pooled by {data['pool']}" if data.get("pool", 1) > 1 else "")
                + f" · window {S.window_label(data['window'])} · rows = query, columns = key; "
-               "the orange line is the window's far edge, the dotted line the causal diagonal.")
+               "the orange staircase is the window's far edge (keys left of it are cut off).")
     left, right = st.columns(2)
     with left:
         C.show_figure(figs["full"], "attention._full")

@@ -84,7 +84,9 @@ def test_edit_a_head_and_share_the_view(live, model):
 def test_heatmap_link_and_offline_export(live, model, tmp_path):
     stack, browser = live
     layer, head = model["n_layer"] - 1, model["n_head"] - 1
-    page = open_page(browser, f"{stack.ui_url}/attention?model={model['id']}&layer={layer}&head={head}")
+    windows = [b for b in model["buckets"] if b is not None]
+    window = windows[len(windows) // 2]  # a middle bucket, so the band, the cut mass and the difference show
+    page = open_page(browser, f"{stack.ui_url}/attention?model={model['id']}&layer={layer}&head={head}&window={window}")
     title = f"L{layer}H{head} full causal attention"
     S.wait_for(lambda: title in " ".join(page.locator(".gtitle").all_text_contents()), what="the heatmap")
     S.wait_for(lambda: page.locator(".js-plotly-plot").count() >= 5, what="all attention figures")
@@ -92,7 +94,8 @@ def test_heatmap_link_and_offline_export(live, model, tmp_path):
     page.screenshot(path=str(ARTIFACTS / "attention.png"), full_page=True)
     S.copy_artifact(ARTIFACTS / "attention.png", S.ROOT / "docs" / "attention.png")
     query = parse_qs(urlparse(href(page)).query)
-    assert query["layer"] == [str(layer)] and query["head"] == [str(head)]
+    assert query["layer"] == [str(layer)] and query["head"] == [str(head)] and query["window"] == [str(window)]
+    assert f"L{layer}H{head} with window {window}" in page.locator(".gtitle").all_text_contents()
 
     page.get_by_text("Share · save · export").click()
     page.get_by_role("button", name="Prepare offline HTML").click()
