@@ -52,6 +52,8 @@ class WindowedSelfAttention(nn.Module):
         self.resid_drop = nn.Dropout(cfg.dropout)
         self.rotary = Rotary(cfg.d_model // cfg.n_head, cfg.seq_len, cfg.rope_base) if cfg.positions == "rope" else None
         self.observer: Observer | None = None
+        # a learned controller trains through a soft window: an additive score bias [H, T, T] (controller/learned.py)
+        self.window_bias: Callable[[int], torch.Tensor] | None = None
 
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x: [B, T, C] -> q, k, v each [B, H, T, D] (rotary applied to q and k)."""
@@ -66,7 +68,11 @@ class WindowedSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.heads(x)
         p = self.dropout if self.training else 0.0
-        y = windowed_attention(q, k, v, windows, backend=backend, dropout_p=p)  # (B, H, T, D)
+        if self.window_bias is not None and self.training:
+            bias = self.window_bias(T).to(q.dtype)  # (H, T, T), -inf above the diagonal
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)  # (B, H, T, D)
+        else:
+            y = windowed_attention(q, k, v, windows, backend=backend, dropout_p=p)  # (B, H, T, D)
         if self.observer is not None:
             self.observer(self.layer, q, k, v, y)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)

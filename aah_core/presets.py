@@ -53,3 +53,7 @@ def get_preset(name: str) -> RunConfig:
     if name not in PRESETS:
         raise InvalidConfig(f"unknown preset {name!r}; known presets: {', '.join(sorted(PRESETS))}")
     return apply_overrides(RunConfig(preset=name), PRESETS[name].overrides)
+
+
+# The paper's variants and the controls register themselves (aah_core/controller/variants.py).
+import aah_core.controller.variants  # noqa: E402,F401

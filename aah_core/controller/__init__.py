@@ -52,9 +52,38 @@ class Controller:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Static plans live in plan.json; nothing else to restore."""
 
+    def close(self) -> None:
+        """Detach whatever hooks the controller put on the model."""
+
+
+MODES = ("static", "static_per_layer", "aah", "learned")
+
 
 def build_controller(config: RunConfig, model: WindowedGPT) -> Controller:
+    """The controller named by controller.mode; settings are validated here, before any training step.
+
+    static: a fixed plan (plan / window); static_per_layer: one window per layer (variants.py);
+    aah: the paper's AAH-v3 control branch and its variants (aah.py); learned: a window policy
+    trained under a coverage budget (learned.py).
+    """
     mode = config.controller.get("mode", "static")
-    if mode != "static":
-        raise InvalidConfig(f"unknown controller.mode {mode!r}")
-    return Controller(config, model)
+    if mode == "static":
+        return Controller(config, model)
+    if mode == "static_per_layer":
+        from aah_core.controller.variants import PerLayerController
+
+        return PerLayerController(config, model)
+    if mode == "aah":
+        from aah_core.controller.aah import AAHController
+
+        return AAHController(config, model)
+    if mode == "learned":
+        from aah_core.controller.learned import LearnedBudgetController
+
+        return LearnedBudgetController(config, model)
+    raise InvalidConfig(f"unknown controller.mode {mode!r}; choose one of {list(MODES)}")
+
+
+def check_controller(config: RunConfig) -> None:
+    """Validate a config's controller section without training (raises InvalidConfig), e.g. for a job API."""
+    build_controller(config, WindowedGPT(config.model)).close()
