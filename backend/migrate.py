@@ -21,9 +21,25 @@ def alembic_config() -> Config:
 
 
 def upgrade(engine: Engine) -> None:
-    """Bring the database to the newest schema (a no-op when it is already there)."""
+    """Bring the database to the newest schema (a no-op when it is already there).
+
+    SQLite rebuilds a table to alter it (drop + copy). With foreign keys on, dropping ``runs``
+    would cascade into params and metrics and silently delete them, so the migrations run with
+    foreign keys off (the pragma only takes effect outside a transaction), in one transaction
+    that is rolled back if ``foreign_key_check`` finds any dangling reference afterwards.
+    """
     config = alembic_config()
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "head")
+    with engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        conn.commit()  # end SQLAlchemy's autobegun transaction (the driver never opened one)
+        try:
+            with conn.begin():
+                config.attributes["connection"] = conn
+                command.upgrade(config, "head")
+                dangling = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                if dangling:
+                    raise RuntimeError(f"migration left dangling references {dangling[:5]}; rolled back")
+        finally:
+            conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+            conn.commit()
     logger.info("store schema at head")

@@ -45,6 +45,8 @@ class Run(Base):
     __table_args__ = (
         CheckConstraint(f"status IN {RUN_STATUSES!r}", name="ck_runs_status"),
         Index("ix_runs_experiment_status", "experiment_id", "status"),
+        Index("ix_runs_status", "status"),
+        {"sqlite_autoincrement": True},  # ids are in links and saved views: never reuse one
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -137,6 +139,7 @@ class View(Base):
     """A saved dashboard state (name + page + JSON) for presenting."""
 
     __tablename__ = "views"
+    __table_args__ = {"sqlite_autoincrement": True}
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(120))

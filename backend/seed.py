@@ -99,7 +99,10 @@ def seed_demo(s: Session, settings: Settings) -> bool:
         seq_len=config.get("model", {}).get("seq_len"), checkpoint=relative, data_hash=meta.get("data_hash"),
         git_rev=meta.get("git_rev"), total_steps=config.get("train", {}).get("max_steps"),
     )
-    store.update_run(s, run_id, progress_step=last_step)
+    stamps = [row[3] for row in history if row[3] > 0]
+    store.update_run(s, run_id, progress_step=last_step,
+                     started_at=int(min(stamps) * 1000) if stamps else None,
+                     ended_at=int(max(stamps) * 1000) if stamps else None)
     store.log_metrics(s, run_id, history)
     store.log_plan(s, run_id, last_step, plan_doc["windows"])
     catalog.register_checkpoint(s, catalog.CheckpointEntry(

@@ -83,3 +83,9 @@ def test_a_job_runs_to_the_end_and_its_model_is_served(jobs_client):
     assert model["run_id"] == run_id and model["n_layer"] == 2
     ev = jobs_client.post(f"{API}/models/run-{run_id}/evaluate", json={"windows": [[1, 1], [1, 1]]})
     assert ev.status_code == 200 and ev.json()["delta"] != 0
+
+
+def test_a_crashing_job_ends_failed_with_its_error(jobs_client):
+    r = jobs_client.post(f"{API}/runs", json={"preset": "tiny", "overrides": {**TINY, "data.corpus": "/nonexistent.txt"}})
+    run = _wait(jobs_client, r.json()["id"], lambda r: r["status"] not in ("SCHEDULED", "RUNNING"))
+    assert run["status"] == "FAILED" and "nonexistent" in run["error"]

@@ -7,15 +7,16 @@ import math
 import threading
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import func, select, text
+from sqlalchemy import delete, func, select, text
 
 from backend import store
 from backend.db import make_engine, make_session_factory, transaction
 from backend.errors import Conflict
-from backend.migrate import upgrade
-from backend.models import Base, Metric
+from backend.migrate import alembic_config, upgrade
+from backend.models import Base, Metric, Run
 from backend.sink import SqliteMetricsSink
 
 
@@ -45,8 +46,36 @@ def test_upgrade_is_idempotent(tmp_path):
     upgrade(engine)
     upgrade(engine)
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
     engine.dispose()
+
+
+def test_upgrading_an_old_store_keeps_every_row(tmp_path):
+    """Rebuilding runs (0002) must not cascade into params, metrics or plans."""
+    engine = make_engine(tmp_path / "aah.db")
+    config = alembic_config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0001")
+    sessions = make_session_factory(engine)
+    with transaction(sessions) as s:
+        run_id = store.create_run(s, name="old", experiment="e", params={"lr": "0.1"})
+        store.log_metrics(s, run_id, [("loss", 1, 2.0, 1.0)])
+        store.log_plan(s, run_id, 1, [[4, None]])
+    upgrade(engine)
+    with transaction(sessions) as s:
+        assert store.get_run(s, run_id).params == {"lr": "0.1"}
+        assert store.read_metrics(s, run_id)["loss"].value == [2.0]
+        assert store.read_plan(s, run_id).windows == [[4, None]]
+        assert s.execute(text("PRAGMA foreign_keys")).scalar() == 1
+    engine.dispose()
+
+
+def test_run_ids_are_never_reused(sessions):
+    with transaction(sessions) as s:
+        first = store.create_run(s, name="a", experiment="e")
+        s.execute(delete(Run).where(Run.id == first))
+        assert store.create_run(s, name="b", experiment="e") == first + 1
 
 
 def test_nonfinite_values_round_trip_as_null(sessions):
