@@ -303,7 +303,8 @@ def ema(values: Sequence[float | None], smoothing: float) -> list[float | None]:
 
 
 def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float | None]]], smoothing: float,
-                         *, y_title: str = "value", title: str | None = None) -> go.Figure:
+                         *, y_title: str = "value", title: str | None = None,
+                         y_range: tuple[float, float] | None = None) -> go.Figure:
     """Curves by step: faint raw points under an EMA line of the same colour for each series."""
     fig = go.Figure()
     for i, (name, (steps, values)) in enumerate(series.items()):
@@ -315,7 +316,7 @@ def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float |
                                  mode="lines" if len(steps) > 2 else "lines+markers",  # a lone point stays visible
                                  line=dict(color=color, width=2), legendgroup=name, connectgaps=True))
     fig.update_xaxes(title="step")
-    fig.update_yaxes(title=y_title)
+    fig.update_yaxes(title=y_title, range=list(y_range) if y_range else None)
     return _layout(fig, title, height=360)
 
 

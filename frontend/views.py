@@ -139,7 +139,7 @@ def acr_figures(run_id: int, keys: list[str], smoothing: float) -> tuple[dict, d
     cov = {k: series[k] for k in COVERAGE_KEYS if k in series}
     if cov:
         figs["coverage"] = F.metric_curves_figure(cov, 0.0, y_title="coverage (acr, causal_coverage, tile)",
-                                                  title="coverage over training")
+                                                  title="coverage over training", y_range=(0, 1.05))
     frac = {k.split("/", 1)[1]: v for k, v in series.items() if k.startswith("window_frac/")}
     if frac:
         figs["fractions"] = F.window_fraction_figure(frac)
