@@ -13,6 +13,7 @@ import torch
 from aah_core import diagnostics
 from aah_core.errors import InvalidWindowPlan
 from aah_core.windows import coverage_metrics, plan_to_json, validate_plan
+from aah_core.evaluate import PrefixCachedEvaluator
 from backend.errors import InvalidInput, Unavailable
 from backend.schemas import (
     AllocateRequest,
@@ -118,8 +119,7 @@ def attention(lm: LoadedModel, layer: int, head: int, text: str | None, text_id:
     T = ids.shape[0]
     own = int(lm.plan[layer, head])
     w = own if window is None else min(int(window), lm.info.seq_len)
-    with lm.lock:
-        maps = diagnostics.head_attention(lm.model, ids.view(1, T), lm.plan, layer, head, w)
+    maps = diagnostics.head_attention(lm.model, ids.view(1, T), lm.plan, layer, head, w)  # read-only: no lock
     pool = diagnostics.pool_factor(T)
     labels = [lm.tokenizer.decode_token(int(t)) for t in ids.tolist()]
     return AttentionResponse(
@@ -145,8 +145,7 @@ def retained_mass(registry: Registry, lm: LoadedModel, text_id: str | None) -> R
                else lm.text(text_id).ids.view(1, -1))
         if ids.numel() == 0:
             raise InvalidInput("text_id: this model has no bundled texts")
-        with lm.lock:
-            mass = diagnostics.retained_mass_curves(lm.model, ids, lm.plan, windows).tolist()
+        mass = diagnostics.retained_mass_curves(lm.model, ids, lm.plan, windows).tolist()
         registry.remember(key, mass)
     return RetainedMassResponse(buckets=buckets, mass=mass)
 
@@ -156,11 +155,14 @@ def sensitivity(registry: Registry, lm: LoadedModel, eval_set: str) -> Sensitivi
     key = (lm.id, "sensitivity", eval_set)
     hit = registry.cached(key)
     if hit is None:
-        with lm.lock:
-            evaluator = lm.evaluator(eval_set)
-            baseline, delta = diagnostics.sensitivity_sweep(evaluator.loss, lm.plan.clone(), windows)
-        hit = (baseline, delta.tolist())
-        registry.remember(key, hit)
+        with registry.results.stripe(key):  # one sweep per key, however many ask at once
+            hit = registry.cached(key)
+            if hit is None:
+                # its own evaluator: the shared one (and its lock) stays free for live edits
+                evaluator = PrefixCachedEvaluator(lm.model, lm.batch(eval_set))
+                baseline, delta = diagnostics.sensitivity_sweep(evaluator.loss, lm.plan.clone(), windows)
+                hit = (baseline, delta.tolist())
+                registry.remember(key, hit)
     return SensitivityResponse(buckets=buckets, baseline_loss=hit[0], delta=hit[1])
 
 
@@ -172,16 +174,19 @@ def allocate(registry: Registry, lm: LoadedModel, body: AllocateRequest) -> Allo
     key = (lm.id, "allocate", body.eval_set, body.metric, body.budget)
     hit = registry.cached(key)
     if hit is None:
-        with lm.lock:
-            batch = lm.batch(body.eval_set)
-            result = run_allocation(lm.model, batch, body.budget, metric=body.metric)
-            baseline = lm.evaluator(body.eval_set).loss(lm.plan)
-        T = lm.info.seq_len
-        hit = AllocateResponse(
-            windows=plan_to_json(result.plan, T), loss=float(result.loss), baseline_loss=baseline,
-            curve=[CurvePoint(acr=p["acr"], causal_coverage=p["causal_coverage"], loss=p["loss"])
-                   for p in result.curve],
-            **coverage_metrics(result.plan, T),
-        )
-        registry.remember(key, hit)
+        with registry.results.stripe(key):  # one search per key, however many ask at once
+            hit = registry.cached(key)
+            if hit is None:
+                # The allocator brings its own evaluator and only reads the model, so it runs
+                # without the model's lock: live edits are not held up by a search of seconds.
+                result = run_allocation(lm.model, lm.batch(body.eval_set), body.budget, metric=body.metric)
+                baseline, _, _ = _losses(registry, lm, lm.plan, body.eval_set, False)
+                T = lm.info.seq_len
+                hit = AllocateResponse(
+                    windows=plan_to_json(result.plan, T), loss=float(result.loss), baseline_loss=baseline,
+                    curve=[CurvePoint(acr=p["acr"], causal_coverage=p["causal_coverage"], loss=p["loss"])
+                           for p in result.curve],
+                    **coverage_metrics(result.plan, T),
+                )
+                registry.remember(key, hit)
     return hit

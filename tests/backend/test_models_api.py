@@ -200,3 +200,26 @@ def test_allocate_under_a_budget(client):
 @pytest.mark.parametrize("body", [{"budget": 0}, {"budget": 1.5}, {"budget": 0.5, "metric": "flops"}, {}])
 def test_allocate_validation(client, body):
     assert client.post(f"{API}/models/demo/allocate", json=body).status_code == 422
+
+
+def test_concurrent_evaluations_heatmaps_and_sweeps_agree_with_sequential_ones(client):
+    """The evaluator is stateful (prefix cache): concurrent requests must not mix their plans."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    plans = [[[w1, None], [16, w2]] for w1 in (1, 2, 3) for w2 in (2, 5, 7)]
+    body = lambda plan: {"windows": plan, "eval_set": "copy"}  # noqa: E731
+
+    def evaluate(plan):
+        return client.post(f"{API}/models/demo/evaluate", json=body(plan)).json()["loss"]
+
+    def heatmap(head):
+        return client.get(f"{API}/models/demo/attention", params={"layer": 1, "head": head, "window": 3}).json()
+
+    with ThreadPoolExecutor(8) as pool:
+        losses = list(pool.map(evaluate, plans))
+        maps = list(pool.map(heatmap, [0, 1] * 4))
+        sweep = pool.submit(client.get, f"{API}/models/demo/sensitivity", params={"eval_set": "copy"})
+        assert sweep.result().status_code == 200
+    client.app.state.registry.results.clear()
+    assert losses == [evaluate(plan) for plan in plans]
+    assert maps[:2] == [heatmap(0), heatmap(1)] and maps[2:4] == maps[:2]
