@@ -21,7 +21,13 @@ def alembic_config() -> Config:
 
 
 def upgrade(engine: Engine) -> None:
-    """Bring the database to the newest schema (a no-op when it is already there).
+    """Bring the database to the newest schema (a no-op when it is already there)."""
+    migrate(engine, "head")
+    logger.info("store schema at head")
+
+
+def migrate(engine: Engine, target: str, down: bool = False) -> None:
+    """Upgrade (or downgrade) the database to revision `target`, keeping every row.
 
     SQLite rebuilds a table to alter it (drop + copy). With foreign keys on, dropping ``runs``
     would cascade into params and metrics and silently delete them, so the migrations run with
@@ -35,11 +41,10 @@ def upgrade(engine: Engine) -> None:
         try:
             with conn.begin():
                 config.attributes["connection"] = conn
-                command.upgrade(config, "head")
+                (command.downgrade if down else command.upgrade)(config, target)
                 dangling = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
                 if dangling:
                     raise RuntimeError(f"migration left dangling references {dangling[:5]}; rolled back")
         finally:
             conn.exec_driver_sql("PRAGMA foreign_keys=ON")
             conn.commit()
-    logger.info("store schema at head")

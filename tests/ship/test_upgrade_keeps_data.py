@@ -8,14 +8,13 @@ import math
 from pathlib import Path
 
 import pytest
-from alembic import command
 from alembic.script import ScriptDirectory
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from backend.app import create_app
 from backend.db import make_engine
-from backend.migrate import alembic_config
+from backend.migrate import alembic_config, migrate
 from backend.settings import Settings
 
 TABLES = ("experiments", "runs", "params", "metrics", "latest_metrics", "window_plans", "views")
@@ -31,13 +30,6 @@ def _revisions() -> tuple[str, str]:
         pytest.skip(f"the schema has one revision ({head}): there is no older store to upgrade yet")
     assert isinstance(previous, str), f"revision {head} merges branches; test each parent"
     return previous, head
-
-
-def _migrate(engine: Engine, target: str, down: bool = False) -> None:
-    config = alembic_config()
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        (command.downgrade if down else command.upgrade)(config, target)
 
 
 def _fill(engine: Engine) -> None:
@@ -88,7 +80,7 @@ def old_store(tmp_path: Path) -> tuple[Settings, dict[str, int]]:
     previous, _ = _revisions()
     settings = Settings(data_dir=tmp_path, seed_demo=False, seed_paper=False, preload_models=False)
     engine = make_engine(settings.db_path)
-    _migrate(engine, previous)
+    migrate(engine, previous)
     _fill(engine)
     counts = _counts(engine)
     engine.dispose()
@@ -142,9 +134,9 @@ def test_every_revision_downgrades_and_upgrades_again(old_store) -> None:
     previous, head = _revisions()
     engine = make_engine(settings.db_path)
     try:
-        _migrate(engine, head)
-        _migrate(engine, previous, down=True)
-        _migrate(engine, head)
+        migrate(engine, head)
+        migrate(engine, previous, down=True)
+        migrate(engine, head)
         assert _counts(engine) == before
     finally:
         engine.dispose()
