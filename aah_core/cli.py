@@ -85,6 +85,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
                  timeout=args.timeout, verbose=args.verbose)
 
 
+def cmd_suite(args: argparse.Namespace) -> int:
+    from aah_core.suite import run_suite
+
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
+    command = f"aah suite {args.name} --scale {args.scale} --seeds {args.seeds}"
+    command += f" --impl {args.impl}" * (args.impl != "faithful") + f" --rows {args.rows}" * bool(args.rows)
+    run_suite(args.name, scale=args.scale, seeds=args.seeds, out=args.out, doc=args.doc or None, impl=args.impl,
+              rows=rows, log=lambda line: print(line, flush=True), command=command)
+    print(f"wrote {args.doc}" if args.doc else f"results in {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aah", description="AAH Studio: per-head attention windows.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -113,6 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for both health checks")
     p.add_argument("--verbose", action="store_true", help="server logs on this terminal, not <data-dir>/logs")
     p.set_defaults(func=cmd_serve)
+    p = sub.add_parser("suite", help="train the paper's Table 1 rows at a small scale over seeds; write a report")
+    p.add_argument("name", choices=["paper"], help="the suite to run")
+    p.add_argument("--scale", default="tiny", choices=["tiny"], help="model/data scale (default tiny: < 1 h on 2 cores)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds per row (default 3)")
+    p.add_argument("--impl", default="faithful", choices=["faithful", "fixed"], help="controller implementation")
+    p.add_argument("--rows", help="comma-separated subset of rows (default: all)")
+    p.add_argument("--out", default="runs/suite-paper", help="run folder (finished runs are reused)")
+    p.add_argument("--doc", default="docs/reproduction.md", help="markdown report to write ('' = none)")
+    p.set_defaults(func=cmd_suite)
     return parser
 
 

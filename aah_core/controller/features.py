@@ -2,10 +2,10 @@
 
 x_h = [mean|q|, std q, mean|k|, std k, mean|v|, std v, entropy, output norm, usage].
 
-Cost: the q/k/v statistics are a few reductions over [B, H, T, D]; entropy and usage need
-attention probabilities, which are computed for a subsample of query rows of a few
-sequences only (not the paper's fp32 T x T maps with per-head host syncs, §8.13). All
-results stay on the device until the controller reads them at a control step.
+Cost: the q/k/v statistics are fused reductions over a few sequences of the batch; entropy
+and usage need attention probabilities, which are computed for a subsample of query rows
+only (not the paper's fp32 T x T maps with per-head host syncs, §8.13). All results stay
+on the device until the controller reads them at a control step.
 """
 
 from __future__ import annotations
@@ -67,18 +67,25 @@ def head_stats(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, y: torch.Tensor, windows: torch.Tensor,
     n_rows: int = 32, n_seqs: int = 4,
 ) -> HeadStats:
-    """Statistics of one layer's forward. q, k, v, y: [B, H, T, D]; windows: [H] executed windows."""
-    B, H, T, D = q.shape
+    """Statistics of one layer's forward. q, k, v, y: [B, H, T, D]; windows: [H] executed windows.
+
+    Everything is computed on the first n_seqs sequences of the batch (the paper used all of
+    them; the means over n_seqs * T * D elements per head are already precise), so the cost
+    does not grow with the batch.
+    """
+    H, T, D = q.shape[1:]
     abs_mean, mean, sq_mean = {}, {}, {}
-    for name, x in zip(QKV, (q, k, v)):
-        x = x.detach().float()
-        abs_mean[name] = x.abs().mean(dim=(0, 2, 3))  # (H,)
-        mean[name] = x.mean(dim=(0, 2, 3))
-        sq_mean[name] = x.square().mean(dim=(0, 2, 3))
-    norm = y.detach().float().norm(dim=-1).mean(dim=(0, 2))  # (H,)
+    qs, ks, vs, ys = (t.detach()[:n_seqs] for t in (q, k, v, y))  # statistics over the first n_seqs sequences
+    n = qs.shape[0] * T * D
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    for name, x in zip(QKV, (qs, ks, vs)):
+        # fused reductions: no |x| or x^2 temporaries of the activation's size
+        abs_mean[name] = torch.linalg.vector_norm(x, ord=1, dim=(0, 2, 3), dtype=acc) / n  # (H,)
+        mean[name] = x.mean(dim=(0, 2, 3), dtype=acc)
+        sq_mean[name] = torch.linalg.vector_norm(x, ord=2, dim=(0, 2, 3), dtype=acc).square() / n
+    norm = torch.linalg.vector_norm(ys, dim=-1, dtype=acc).mean(dim=(0, 2))  # (H,)
     rows = _query_rows(T, n_rows, q.device)  # (R,)
-    qs, ks = q[:n_seqs, :, rows].detach().float(), k[:n_seqs].detach().float()  # (b, H, R, D), (b, H, T, D)
-    scores = (qs @ ks.transpose(-2, -1)) / math.sqrt(D)  # (b, H, R, T)
+    scores = (qs[:, :, rows].to(acc) @ ks.to(acc).transpose(-2, -1)) / math.sqrt(D)  # (b, H, R, T)
     dist = rows.view(-1, 1) - torch.arange(T, device=q.device).view(1, -1)  # (R, T): i - j
     w = windows.to(q.device).clamp(max=T).view(H, 1, 1)
     allowed = (dist >= 0) & (dist < w)  # (H, R, T), the executed window (§2.2: P under the mask)
@@ -87,7 +94,7 @@ def head_stats(
     # under causality only query T-1 sees key T-1, so the mean over all (b, t) is p[T-1, T-1] / T
     usage_last = probs[:, :, -1, -1].mean(dim=0) / T
     usage_dist = (probs * dist.clamp(min=0)).sum(-1).mean(dim=(0, 2)) / T
-    return HeadStats(abs_mean, mean, sq_mean, B * T * D, entropy, norm, usage_last, usage_dist)
+    return HeadStats(abs_mean, mean, sq_mean, n, entropy, norm, usage_last, usage_dist)
 
 
 def _std(mean: torch.Tensor, sq_mean: torch.Tensor, count: int) -> torch.Tensor:

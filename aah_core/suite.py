@@ -1,0 +1,273 @@
+"""`aah suite paper`: the paper's Table 1 rows (plus the controls it lacked) at a small scale, over seeds.
+
+Trains baseline, grouping_off, full_adaptive, shallow_freeze, deep_practical_reuse, then
+fixed_window and learned_budget matched to full_adaptive's measured causal coverage, for
+each seed; writes a markdown table (mean +- std over seeds, paired deltas against the
+baseline with a seed-noise verdict) beside the paper's own Table 1 (aah_method §6.1).
+Finished runs are kept in the output folder, so an interrupted suite resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aah_core.config import RunConfig, apply_overrides
+from aah_core.presets import get_preset
+from aah_core.train import Callback, train
+from aah_core.windows import causal_coverage
+
+PAPER_ROWS = ("baseline", "grouping_off", "full_adaptive", "shallow_freeze", "deep_practical_reuse")
+MATCHED_ROWS = ("fixed_window", "learned_budget")  # set to full_adaptive's measured coverage
+
+# Buckets T/8, T/4, T/2, T as in the paper's 4096 suite (512..4096); text only, like its WikiText runs.
+SCALES: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "model.n_layer": 4, "model.n_head": 4, "model.d_model": 64, "model.seq_len": 128,
+        "model.buckets": [16, 32, 64, None], "data.synthetic": "none",
+        "train.batch_size": 16, "train.max_steps": 800, "train.lr": 2e-3, "train.warmup_steps": 40,
+        "train.eval_every": 200, "train.eval_batches": 8, "train.checkpoint_every": 0, "train.threads": 2,
+    },
+}
+# the controller's warmup and interval at each scale (the paper: 100 of 10,000 steps, every 5 steps)
+CONTROL = {"tiny": {"controller.warmup_steps": 40, "controller.control_interval": 5}}
+
+# aah_method §6.1: the paper's Table 1 (step 10000, T=4096, 1b model, seed 0, first 20 val blocks)
+PAPER_TABLE1 = [
+    # method, val_loss, ACR_train, train tok/s, fractions 512/1024/2048/4096
+    ("baseline", 6.5672, 1.0000, 4418, None),
+    ("grouping_off", 6.5655, 0.5814, 3634, (0.328, 0.089, 0.130, 0.453)),
+    ("full_adaptive", 6.5590, 0.3066, 3399, (0.630, 0.120, 0.104, 0.146)),
+    ("shallow_freeze", 6.5367, 0.3724, 3534, (0.500, 0.188, 0.099, 0.214)),
+    ("deep_practical_reuse", 6.5549, 0.2891, 3395, (0.563, 0.250, 0.063, 0.125)),
+]
+# two-sided 95% Student t quantiles by degrees of freedom (seeds - 1)
+T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+class _Throughput(Callback):
+    def __init__(self) -> None:
+        self.rates: list[float] = []
+
+    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        if "tokens_per_s" in metrics:
+            self.rates.append(metrics["tokens_per_s"])
+
+
+def run_config(row: str, scale: str, seed: int, impl: str, matched: float | None = None,
+               extra: dict[str, Any] | None = None) -> RunConfig:
+    """The RunConfig of one suite run (`extra`: further overrides, e.g. fewer steps for a smoke test)."""
+    cfg = get_preset(row)
+    extra = extra or {}
+    overrides = {**SCALES[scale], **{k: v for k, v in extra.items() if not k.startswith("controller.")}, "train.seed": seed}
+    if cfg.controller.get("mode") == "aah":
+        overrides.update({**CONTROL[scale], "controller.impl": impl,
+                          **{k: v for k, v in extra.items() if k.startswith("controller.")}})
+    cfg = apply_overrides(cfg, overrides)
+    if row == "fixed_window" and matched is not None:
+        cfg.controller["window"] = matched_window(cfg, matched)
+    if row == "learned_budget" and matched is not None:
+        cfg.controller["budget"] = round(matched, 4)
+    return cfg
+
+
+def matched_window(cfg: RunConfig, coverage: float) -> int:
+    """The bucket whose uniform plan's causal coverage is closest to `coverage`."""
+    T = cfg.model.seq_len
+    return min(cfg.model.bucket_windows, key=lambda w: abs(causal_coverage(torch.tensor([[w]]), T) - coverage))
+
+
+def _train_one(cfg: RunConfig, out: Path) -> dict[str, Any]:
+    meter = _Throughput()
+    t0 = time.perf_counter()
+    result = train(cfg, out / "ckpt", [meter])
+    rates = meter.rates[5:] or meter.rates  # skip the first steps (allocator warm-up)
+    m = result.metrics
+    row = {k: m[k] for k in ("val_loss", "acr", "causal_coverage", "tile_coverage") if k in m}
+    row.update({k: v for k, v in m.items() if k.startswith("window_frac/")})
+    row.update(tokens_per_s=statistics.median(rates), wall_s=time.perf_counter() - t0, steps=result.step,
+               controller=cfg.controller)
+    return row
+
+
+def run_suite(
+    name: str = "paper", scale: str = "tiny", seeds: int = 3, out: str | Path = "runs/suite-paper",
+    doc: str | Path | None = "docs/reproduction.md", impl: str = "faithful", rows: list[str] | None = None,
+    log: Callable[[str], None] = lambda line: None, command: str = "", overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Train every row for every seed (skipping finished runs in `out`), then write the report."""
+    if name != "paper":
+        raise ValueError(f"unknown suite {name!r}; the only suite is 'paper'")
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; choose one of {sorted(SCALES)}")
+    if not 1 <= seeds <= 10:
+        raise ValueError(f"--seeds must be between 1 and 10; got {seeds}")
+    wanted = list(rows or (*PAPER_ROWS, *MATCHED_ROWS))
+    unknown = sorted(set(wanted) - set(PAPER_ROWS) - set(MATCHED_ROWS))
+    if unknown:
+        raise ValueError(f"unknown suite rows {unknown}; choose from {[*PAPER_ROWS, *MATCHED_ROWS]}")
+    out = Path(out)
+    results: dict[str, list[dict[str, Any]]] = {}
+    started = time.perf_counter()
+    for row in wanted:
+        matched = _matched_coverage(results) if row in MATCHED_ROWS else None
+        for seed in range(seeds):
+            path = out / f"{row}-s{seed}"
+            done = path / "result.json"
+            if done.is_file():
+                result = json.loads(done.read_text())
+            else:
+                cfg = run_config(row, scale, seed, impl, matched, overrides)
+                log(f"[{time.perf_counter() - started:7.0f}s] {row} seed {seed} ...")
+                result = _train_one(cfg, path)
+                done.write_text(json.dumps(result, indent=1))
+            log(f"  {row} seed {seed}: val_loss {result['val_loss']:.4f}  causal_coverage "
+                f"{result['causal_coverage']:.3f}  {result['tokens_per_s']:.0f} tok/s  ({result['wall_s']:.0f}s)")
+            results.setdefault(row, []).append(result)
+    report = {"suite": name, "scale": scale, "seeds": seeds, "impl": impl, "settings": {**SCALES[scale], **(overrides or {})},
+              "control": {**CONTROL[scale], **{k: v for k, v in (overrides or {}).items() if k.startswith("controller.")}},
+              "machine": machine(), "command": command,
+              "wall_s": time.perf_counter() - started, "rows": results}
+    (out / "suite.json").write_text(json.dumps(report, indent=1))
+    if doc is not None:
+        Path(doc).parent.mkdir(parents=True, exist_ok=True)
+        Path(doc).write_text(render(report))
+        Path(doc).with_suffix(".json").write_text(json.dumps({**report, "summary": summarize(report)}, indent=1))
+    return report
+
+
+def _matched_coverage(results: dict[str, list[dict[str, Any]]]) -> float | None:
+    runs = results.get("full_adaptive")
+    return statistics.mean(r["causal_coverage"] for r in runs) if runs else None
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "python": platform.python_version(), "os": platform.platform()}
+
+
+def _stats(values: list[float]) -> tuple[float, float]:
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else float("nan"))
+
+
+def summarize(report: dict[str, Any]) -> dict[str, Any]:
+    """Per row: mean and std over seeds, and the paired difference to the baseline with a noise verdict."""
+    rows = report["rows"]
+    base = rows.get("baseline")
+    out = {}
+    for name, runs in rows.items():
+        entry: dict[str, Any] = {"seeds": len(runs)}
+        for key in ("val_loss", "acr", "causal_coverage", "tokens_per_s"):
+            entry[key] = _stats([r[key] for r in runs])
+        fracs = sorted({k for r in runs for k in r if k.startswith("window_frac/")}, key=_bucket_order)
+        entry["window_frac"] = {k.split("/", 1)[1]: statistics.mean(r.get(k, 0.0) for r in runs) for k in fracs}
+        if base and name != "baseline" and len(base) == len(runs) > 1:
+            deltas = [r["val_loss"] - b["val_loss"] for r, b in zip(runs, base)]
+            mean, std = _stats(deltas)
+            half = T_95.get(len(deltas) - 1, 2.0) * std / math.sqrt(len(deltas))
+            entry["delta_vs_baseline"] = {"mean": mean, "std": std, "ci95": half, "within_noise": abs(mean) <= half}
+        out[name] = entry
+    return out
+
+
+def _bucket_order(key: str) -> float:
+    tail = key.split("/", 1)[1]
+    return math.inf if tail == "full" else float(tail)
+
+
+def _pm(stat: tuple[float, float], digits: int = 4) -> str:
+    mean, std = stat
+    return f"{mean:.{digits}f}" if math.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _setup_lines(report: dict[str, Any]) -> list[str]:
+    s, c, m = report["settings"], report["control"], report["machine"]
+    buckets = "/".join("full" if b is None else str(b) for b in s["model.buckets"])
+    matched = {name: runs[0]["controller"] for name, runs in report["rows"].items() if name in MATCHED_ROWS}
+    lines = [
+        f"- Command: `{report['command'] or 'aah suite paper'}` (controller impl `{report['impl']}`), "
+        f"{report['wall_s'] / 60:.0f} min wall in total.",
+        f"- Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} ({m['threads']} threads), Python {m['python']}.",
+        f"- Model: {s['model.n_layer']} layers x {s['model.n_head']} heads x {s['model.d_model']}, "
+        f"T={s['model.seq_len']}, buckets {buckets} (T/8, T/4, T/2, T as the paper's 512..4096 at T=4096).",
+        f"- Data: the bundled text corpus only (byte tokens), batch {s['train.batch_size']}, {s['train.max_steps']} steps, "
+        f"lr {s['train.lr']}; val loss on {s['train.eval_batches'] * s['train.batch_size'] // 2} fixed validation windows.",
+        f"- Controller: warmup {c['controller.warmup_steps']} steps, control interval {c['controller.control_interval']}; "
+        "every other key as in the paper (§7). Seeds 0..{} (paired: a seed fixes the init and the data order of every row).".format(
+            report["seeds"] - 1),
+    ]
+    if "fixed_window" in matched:
+        lines.append(f"- `fixed_window` uses window {matched['fixed_window'].get('window')} for every head and "
+                     f"`learned_budget` the budget {matched.get('learned_budget', {}).get('budget')}: both matched to "
+                     "`full_adaptive`'s mean causal coverage.")
+    return lines
+
+
+def render(report: dict[str, Any]) -> str:
+    """The markdown report (docs/reproduction.md)."""
+    summary = summarize(report)
+    names = list(summary)
+    fracs = list(next(iter(summary.values()))["window_frac"])
+    n = report["seeds"]
+    out = ["# The paper's Table 1, reproduced at a small scale", "",
+           "Generated by `aah suite` (aah_core/suite.py); the numbers below are this machine's, the paper's are quoted "
+           "from its Table 1 (aah_method §6.1).", "", "## Setup", "", *_setup_lines(report), "",
+           f"## Our results (mean ± std over {n} seeds)", "",
+           f"| method | val_loss | Δ vs baseline (paired mean ± 95% CI) | acr | causal_coverage | frac {'/'.join(fracs)} | train tok/s |",
+           "|---|---|---|---|---|---|---|"]
+    for name in names:
+        e = summary[name]
+        d = e.get("delta_vs_baseline")
+        delta = "–" if d is None else f"{d['mean']:+.4f} ± {d['ci95']:.4f}" + (" (within seed noise)" if d["within_noise"] else "")
+        frac = "/".join(f"{e['window_frac'][k]:.2f}" for k in fracs)
+        out.append(f"| {name} | {_pm(e['val_loss'])} | {delta} | {_pm(e['acr'], 3)} | {_pm(e['causal_coverage'], 3)} "
+                   f"| {frac} | {_pm(e['tokens_per_s'], 0)} |")
+    out += ["", "## The paper's Table 1 (quoted: arXiv 2608.19203, step 10000, T=4096, one seed)", "",
+            "| method | val_loss | ACR_train | frac 512/1024/2048/4096 | train tok/s |", "|---|---|---|---|---|"]
+    for name, loss, acr_, toks, frac in PAPER_TABLE1:
+        frac_s = "–" if frac is None else "/".join(f"{f:.3f}" for f in frac)
+        out.append(f"| {name} | {loss:.4f} | {acr_:.4f} | {frac_s} | {toks} |")
+    out += ["", "## Reading", "", *_reading(summary, n), ""]
+    return "\n".join(out)
+
+
+def _reading(summary: dict[str, Any], n: int) -> list[str]:
+    lines = []
+    deltas = {k: v["delta_vs_baseline"] for k, v in summary.items() if "delta_vs_baseline" in v}
+    noise = sorted(k for k, d in deltas.items() if d["within_noise"])
+    beyond = sorted(k for k, d in deltas.items() if not d["within_noise"])
+    if deltas:
+        lines.append(f"- Within seed noise of the baseline (|paired Δ| inside the 95% t-interval over {n} seeds): "
+                     f"{', '.join(noise) or 'none'}. Outside it: "
+                     + (", ".join(f"{k} ({deltas[k]['mean']:+.4f})" for k in beyond) or "none") + ".")
+    paper = {row[0]: row[1] for row in PAPER_TABLE1}
+    spread = max(paper.values()) - min(paper.values())
+    lines.append(f"- The paper's five rows span {spread:.4f} nats from one seed each; its own two inference exports "
+                 "disagree on the baseline / grouping_off order, so differences below about 0.01 nats there are noise too.")
+    if "baseline" in summary:
+        base_toks = summary["baseline"]["tokens_per_s"][0]
+        slower = {k: 1 - v["tokens_per_s"][0] / base_toks for k, v in summary.items() if k != "baseline"}
+        lines.append("- Training throughput relative to the baseline: " + ", ".join(
+            f"{k} {-100 * x:+.0f}%" for k, x in slower.items()) + ". Windowed heads run through the `banded` backend "
+            "(band-only work, but one attention call per window bucket and layer) and `learned_budget` trains through a "
+            "dense soft-window mask; the paper's dense masked path lost 18-23% against its baseline.")
+    ranked = sorted(summary, key=lambda k: summary[k]["val_loss"][0])
+    lines.append(f"- Ranking by mean val loss: {' < '.join(ranked)}.")
+    return lines
