@@ -55,17 +55,20 @@ def buckets(windows: tuple[int, ...], T: int) -> tuple[tuple[tuple[int, int], ..
     return tuple((w, len(heads)) for w, heads in groups.items()), perm
 
 
-def block_size(w: int, needs_grad: bool) -> int:
-    """Queries per block for window w (measured on a 2-core AVX2 CPU, bench/attention.py).
+def block_size(w: int, needs_grad: bool, device_type: str = "cpu") -> int:
+    """Queries per block for window w (measured on a 2-core AVX2 CPU, see bench/attention.py).
 
-    Forward: small blocks waste the fewest keys ((c+w-1)/w) and the unfold view costs
-    nothing, so c=32 wins. Backward materialises a gradient for every unfolded key
-    (L/c times K), so blocks grow with w there.
+    Forward: small blocks waste the fewest keys ((c+w-1)/w per row) and the unfold view
+    costs nothing, so c=32 wins at every w. Backward materialises a gradient for every
+    unfolded key ((c+w-1)/c times K and V), so there blocks grow to about w/4.
+    On CUDA the kernels' own tiles are 64-128 queries, so blocks start at 128 (untuned).
     """
+    if device_type == "cuda":
+        return max(128, block_size(w, needs_grad))
     if not needs_grad:
-        return 32 if w <= 1024 else 64
+        return 32
     c = 32
-    while c < 256 and 4 * c < w:
+    while c < 512 and 4 * c < w:
         c *= 2
     return c
 
@@ -90,7 +93,8 @@ def windowed_bucket(
     head = F.scaled_dot_product_attention(
         q_head, k[:, :, :w], v[:, :, :w], dropout_p=dropout_p, is_causal=True, scale=scale
     )  # (B, Hb, w, D): rows that still see the whole prefix
-    c = block_size(w, torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+    wants_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    c = block_size(w, wants_grad, q.device.type)
     n = -(-(T - w) // c)  # query blocks over rows w .. T-1
     L = c + w - 1  # keys per block
     qb = F.pad(q_body, (0, 0, 0, n * c - (T - w)))  # (B, Hb, n*c, D)
