@@ -4,8 +4,9 @@ For every T, every window plan and every backend, forward and forward+backward a
 interleaved with SDPA causal (`is_causal=True`, the full-attention baseline) in the same
 loop, so each ratio compares runs taken under the same machine load. Times are medians
 after warm-up; `ratio` is the ratio of medians, `ratio_paired` the median of per-round
-ratios (more robust when the machine's load drifts), `ratio_of_mins` the ratio of minima. The table is printed and the full run is written to
-bench/results/attention-<machine>.json (`--quick` prints only, unless --out is given).
+ratios (more robust when the machine's load drifts), `ratio_of_mins` the ratio of minima.
+The table is printed and the full run is written to bench/results/attention-<machine>.json
+(`--quick` prints only, unless --out is given).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+from operator import truediv  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -91,7 +93,9 @@ def _no_grad(fn: Callable[[], object]) -> object:
         return fn()
 
 
-def measure(T: int, windows: list[int], backends: list[str], mode: str, args, device) -> dict[str, list[float]]:
+def measure(
+    T: int, windows: list[int], backends: list[str], mode: str, args: argparse.Namespace, device: torch.device
+) -> dict[str, list[float]]:
     """ms of every timed run per backend, all interleaved with sdpa-causal in one loop."""
     g = torch.Generator(device="cpu").manual_seed(T)
     shape = (args.batch, len(windows), T, args.head_dim)
@@ -165,7 +169,7 @@ def run(args) -> dict:
                                      median_ms=round(statistics.median(ts), 3), min_ms=round(min(ts), 3),
                                      ratio=round(statistics.median(ts) / statistics.median(base), 3),
                                      ratio_of_mins=round(min(ts) / min(base), 3),
-                                     ratio_paired=round(statistics.median(a / b for a, b in zip(ts, base)), 3)))
+                                     ratio_paired=round(statistics.median(map(truediv, ts, base)), 3)))
                 for b, why in skipped.items():
                     rows.append(dict(T=T, plan=name, windows=windows, causal_coverage=round(cov, 4),
                                      tile_coverage=round(tile, 4), mode=mode, backend=b, skipped=why))
@@ -174,7 +178,8 @@ def run(args) -> dict:
         machine=machine_slug(), device=str(device), dtype=str(args.dtype).replace("torch.", ""),
         torch=torch.__version__, threads=torch.get_num_threads(), batch=args.batch, n_head=8,
         head_dim=args.head_dim, runs=args.runs, warmup=args.warmup, statistic="median",
-        omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"), loadavg_before=load_before, loadavg_after=os.getloadavg(),
+        omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"),
+        loadavg_before=load_before, loadavg_after=os.getloadavg(),
         flex_compile_s={str(T): (round(s, 1) if s is not None else None) for T, s in compile_s.items()},
         flex_compiled_path=dict(flex.stats, verified=flex_verdict()),
         targets=check_targets(rows, device), rows=rows,
@@ -191,7 +196,8 @@ def flex_verdict() -> str:
 def print_cell(rows: list[dict], T: int, name: str, mode: str, cov: float) -> None:
     cell = [r for r in rows if r["T"] == T and r["plan"] == name and r["mode"] == mode and "ratio" in r]
     parts = [f"{r['backend']} {r['median_ms']:.1f}ms"
-             + ("" if r["backend"] == "sdpa-causal" else f" ({r['ratio']:.2f}x, paired {r['ratio_paired']:.2f}x)")
+             + ("" if r["backend"] == "sdpa-causal"
+                else f" ({r['ratio']:.2f}x, paired {r['ratio_paired']:.2f}x)")
              for r in cell]
     print(f"T={T:<5} {name:<22} cov={cov:.3f} {mode:<8} " + "  ".join(parts), flush=True)
 
@@ -211,10 +217,10 @@ def check_targets(rows: list[dict], device: torch.device) -> list[dict]:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="T=512,1024, 3 runs; prints only unless --out")
+    p.add_argument("--quick", action="store_true", help="T=512,1024 (unless --T), 3 runs; prints only unless --out")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--T", type=int, nargs="+", default=[512, 1024, 2048, 4096])
+    p.add_argument("--T", type=int, nargs="+", help="sequence lengths (default 512 1024 2048 4096)")
     p.add_argument("--backends", nargs="+", default=["banded", "flex", "flash", "reference"])
     p.add_argument("--plans", nargs="+", help="only these plan names (e.g. w=256 mix-cov0.32)")
     p.add_argument("--modes", nargs="+", default=["fwd", "fwd+bwd"], choices=["fwd", "fwd+bwd"])
@@ -223,10 +229,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--threads", type=int, default=2, help="torch threads on CPU")
-    p.add_argument("--out", type=Path, help="JSON path (default bench/results/attention-<machine>[-dtype].json)")
+    p.add_argument("--out", type=Path, help="default: bench/results/attention-<machine>[-<dtype>].json")
     args = p.parse_args(argv)
     if args.quick:
-        args.T, args.runs, args.warmup = [512, 1024], 3, 1
+        args.runs, args.warmup = 3, 1
+    args.T = args.T or ([512, 1024] if args.quick else [512, 1024, 2048, 4096])
     args.dtype = getattr(torch, args.dtype)
     return args
 

@@ -47,7 +47,9 @@ def supports_grad(mod: ModuleType, device: torch.device) -> bool:
     return bool(fn(device)) if fn is not None else bool(mod.SUPPORTS_GRAD)
 
 
-def _why_not(mod: ModuleType, device: torch.device, needs_grad: bool, dtype: torch.dtype | None, dropout_p: float) -> str:
+def _why_not(
+    mod: ModuleType, device: torch.device, needs_grad: bool, dtype: torch.dtype | None, dropout_p: float
+) -> str:
     ok, reason = mod.available(device)
     if not ok:
         return f"unavailable on {device}: {reason}"
@@ -89,7 +91,8 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             raise ValueError(f"{name} must be floating point; got {t.dtype}")
     if not (q.shape == k.shape == v.shape):
         raise ValueError(
-            f"q, k, v shapes differ: {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}; they must match [B, H, T, D]"
+            f"q, k, v shapes differ: {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}; "
+            "they must match [B, H, T, D]"
         )
     if not (q.dtype == k.dtype == v.dtype) or not (q.device == k.device == v.device):
         raise ValueError("q, k, v must share one dtype and one device")

@@ -149,4 +149,7 @@ def attend(
     scale: float | None,
 ) -> torch.Tensor:
     """q, k, v: [B, H, T, D]; windows: H ints >= 1. Returns [B, H, T, D]."""
-    return run_buckets(q, k, v, windows, lambda qb, kb, vb, w: windowed_bucket(qb, kb, vb, w, dropout_p, scale))
+    def bucket(qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, w: int) -> torch.Tensor:
+        return windowed_bucket(qb, kb, vb, w, dropout_p, scale)
+
+    return run_buckets(q, k, v, windows, bucket)

@@ -64,7 +64,9 @@ def check_inputs(device: torch.device, dtype: torch.dtype, dropout_p: float) -> 
     return ""
 
 
-def _bucket(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: int, dropout_p: float, scale: float | None) -> torch.Tensor:
+def _bucket(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: int, dropout_p: float, scale: float | None
+) -> torch.Tensor:
     """One kernel call. q, k, v: [B, Hb, T, D] -> [B, Hb, T, D]."""
     B, Hb, T, D = q.shape
     left = -1 if w >= T else w - 1  # -1: no left limit (plain causal)
@@ -92,4 +94,7 @@ def attend(
     reason = why if not ok else check_inputs(q.device, q.dtype, dropout_p)
     if reason:
         raise BackendUnavailable(f"backend 'flash': {reason}")
-    return run_buckets(q, k, v, windows, lambda qb, kb, vb, w: _bucket(qb, kb, vb, w, dropout_p, scale))
+    def bucket(qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, w: int) -> torch.Tensor:
+        return _bucket(qb, kb, vb, w, dropout_p, scale)
+
+    return run_buckets(q, k, v, windows, bucket)

@@ -50,7 +50,8 @@ def _cpu_support() -> tuple[bool, str]:
     import shutil
 
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        return False, f"compiled FlexAttention on CPU needs AVX2; this CPU has {torch.backends.cpu.get_cpu_capability()}"
+        capability = torch.backends.cpu.get_cpu_capability()
+        return False, f"compiled FlexAttention on CPU needs AVX2; this CPU has {capability}"
     if shutil.which("g++") is None and shutil.which("c++") is None:
         return False, "compiled FlexAttention on CPU needs a C++ compiler (g++) for Inductor"
     return True, ""
@@ -64,9 +65,9 @@ def supports_grad(device: torch.device) -> bool:
 def check_inputs(device: torch.device, dtype: torch.dtype, dropout_p: float) -> str:
     """Reason flex can't run such inputs, or ""."""
     if dropout_p > 0.0:
-        return "FlexAttention has no attention dropout; use backend 'banded' (or 'flash' on CUDA) to train with dropout"
+        return "FlexAttention has no attention dropout; use 'banded' (or 'flash' on CUDA) for dropout"
     if device.type == "cpu" and dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        return f"compiled FlexAttention on CPU takes float32/bfloat16/float16, not {dtype}; use 'banded' or 'reference'"
+        return f"compiled FlexAttention on CPU takes float32/bfloat16/float16, not {dtype}; use 'banded'"
     return ""
 
 
@@ -78,7 +79,10 @@ def block_mask(windows: tuple[int, ...], T: int, device: torch.device) -> Any:
     windows = tuple(min(w, T) for w in windows)
     mask_mod = generate_window_mask(torch.tensor(windows, device=device))
     return BlockMask.from_kv_blocks(
-        *window_block_tables(windows, T, BLOCK, device), BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=(T, T)
+        *window_block_tables(windows, T, BLOCK, device),
+        BLOCK_SIZE=BLOCK,
+        mask_mod=mask_mod,
+        seq_lengths=(T, T),
     )
 
 
@@ -119,6 +123,6 @@ def attend(
         out, compiled = _compiled()(q, k, v, mask, scale)
     if not compiled:
         stats["eager_calls"] += 1
-        raise BackendUnavailable("backend 'flex': torch.compile fell back to eager FlexAttention (dense scores)")
+        raise BackendUnavailable("backend 'flex': torch.compile fell back to eager FlexAttention (dense)")
     stats["compiled_calls"] += 1
     return out

@@ -21,7 +21,9 @@ def generate_window_mask(windows: torch.Tensor) -> MaskMod:
         windows: [H] integer tensor on the attention's device, one window per head.
     """
 
-    def per_head_window(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+    def per_head_window(
+        b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+    ) -> torch.Tensor:
         return (kv_idx <= q_idx) & (q_idx - kv_idx < windows[h])
 
     per_head_window.__name__ = "per_head_window_" + "_".join(str(w) for w in windows.tolist())

@@ -8,8 +8,16 @@ import random
 import pytest
 import torch
 
-from aah_core.attention import BACKENDS, available_backends, backend_status, resolve_backend, windowed_attention
-from aah_core.attention import banded, flash, flex
+from aah_core.attention import (
+    BACKENDS,
+    available_backends,
+    backend_status,
+    banded,
+    flash,
+    flex,
+    resolve_backend,
+    windowed_attention,
+)
 from aah_core.errors import BackendUnavailable, InvalidWindowPlan
 
 
@@ -167,7 +175,8 @@ def test_auto_on_cuda_prefers_flash_then_flex(monkeypatch):
         ("abc", "sequence of 3 integers"),
         (7, "sequence of 3 integers"),
     ],
-    ids=["too-few", "too-many", "zero", "negative", "float", "string", "bool", "none", "float-tensor", "2d", "str", "int"],
+    ids=["too-few", "too-many", "zero", "negative", "float", "string", "bool", "none",
+         "float-tensor", "2d", "str", "int"],
 )
 def test_bad_windows_are_refused(windows, match):
     q, k, v = _qkv(1, 3, 10)

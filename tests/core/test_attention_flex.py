@@ -18,7 +18,7 @@ PLANS = {
     "mixed": [64, 3, 129, 128, 200],
     "same": [40] * 5,
 }
-needs_flex = pytest.mark.skipif("flex" not in available_backends("cpu"), reason="compiled flex unavailable here")
+needs_flex = pytest.mark.skipif("flex" not in available_backends("cpu"), reason="no compiled flex here")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
