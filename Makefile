@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -c1-16)
 export AAH_DATA_DIR ?= $(CURDIR)/data
+# OpenMP threads sleep at barriers instead of spinning (much faster on a shared CPU; see bench/__init__.py)
+export OMP_WAIT_POLICY ?= PASSIVE
 export AAH_API_PORT ?= 8000
 export AAH_UI_PORT ?= 8501
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -138,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Threads sleep at OpenMP barriers instead of spinning: on a shared CPU, spinning made
+    # training 5-20x slower (bench/__init__.py). Must be set before torch loads; the env wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

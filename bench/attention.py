@@ -11,28 +11,21 @@ The table is printed and the full run is written to bench/results/attention-<mac
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import statistics
+import time
+from operator import truediv
+from collections.abc import Callable
+from pathlib import Path
 
-# On a shared, oversubscribed CPU, libgomp's default spin-wait makes every parallel op wait
-# for a descheduled peer thread (a 4 MB copy: 8-15 ms instead of 0.1 ms), which punishes
-# many-op code far more than one big kernel. PASSIVE threads sleep at barriers instead. It
-# must be set before torch loads libgomp; an explicit OMP_WAIT_POLICY in the env wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch
+import torch.nn.functional as F
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-from operator import truediv  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from aah_core.attention import backend_status, flex, windowed_attention  # noqa: E402
-from aah_core.windows import causal_coverage, tile_coverage  # noqa: E402
-from bench.common import machine_slug  # noqa: E402
+from aah_core.attention import backend_status, flex, windowed_attention
+from aah_core.windows import causal_coverage, tile_coverage
+from bench.common import machine_slug
 
 RESULTS = Path(__file__).parent / "results"
 REFERENCE_MAX_T = {"cpu": 2048, "cuda": 8192}  # dense [B, H, T, T] scores beyond this: too slow / too big

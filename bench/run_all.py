@@ -1,13 +1,9 @@
 """Run every benchmark in bench/ that defines main(): `python -m bench.run_all`."""
 
 import importlib
-import os
 import pkgutil
 import sys
 from pathlib import Path
-
-# before any bench imports torch: see bench/attention.py (spin-waiting threads on a shared CPU)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def main() -> None:
