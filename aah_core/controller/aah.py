@@ -122,7 +122,7 @@ class AAHController(Controller):
                 metrics["ctrl/control_step"] = 1.0
             idx = [self._postprocess(st, step) for st in self.layers]
         self._apply(idx)
-        if self._needs_features(step + 1) or (not ready and not self.identity):
+        if self._needs_features(step + 1):
             self.observer.arm()
         metrics.update(self._diagnostics())
         metrics["ctrl/overhead_ms"] = 1e3 * (time.perf_counter() - t0 + self.observer.seconds)
