@@ -69,6 +69,10 @@ def test_preset_trains_and_round_trips_through_a_checkpoint(name, tmp_path):
         assert ckpt.plan.min() == 32
     if name == "learned_budget":
         assert state["phase"] == "hard"
+    if name == "full_adaptive":  # the §5 diagnostics
+        logged = set().union(*rec.metrics)
+        assert {"acr", "causal_coverage", "window_frac/full", "ctrl/levels_used", "ctrl/groups_l0", "ctrl/head_reassign",
+                "ctrl/group_overlap", "ctrl/entropy/L0H0", "ctrl/entropy_mean", "ctrl/overhead_ms"} <= logged
 
 
 def test_resumed_control_decides_like_the_uninterrupted_run(tmp_path):
