@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TextIO
 
 from aah_core.errors import AAHError
+from aah_core.shipped import shipped_data_dir
 
 logger = logging.getLogger(__name__)
 
@@ -346,7 +347,7 @@ def serve(
     if not _is_loopback(host) and not os.environ.get("AAH_API_TOKEN"):
         out.write(f"warning: binding {host} without AAH_API_TOKEN: anyone who can reach port {api_port} may "
                   "start training jobs. Set AAH_API_TOKEN (see README, 'Security').\n")
-    demo = Path(os.environ.get("AAH_DEMO_DIR") or source_root() / "data" / "demo")
+    demo = Path(os.environ.get("AAH_DEMO_DIR") or shipped_data_dir() / "demo")
     if not (data / "aah.db").exists() and not (demo / "model.safetensors").is_file():
         out.write(f"note: no demo checkpoint in {demo}; the dashboard lists only the models you train. "
                   "`make demo-model` trains it.\n")

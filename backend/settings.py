@@ -11,8 +11,10 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# The demo checkpoint shipped with the package (repository root / data / demo).
-SHIPPED_DEMO_DIR = Path(__file__).resolve().parent.parent / "data" / "demo"
+from aah_core.shipped import shipped_data_dir
+
+# The demo checkpoint shipped with the package (the checkout's data/demo, or the installed copy).
+SHIPPED_DEMO_DIR = shipped_data_dir() / "demo"
 
 
 class Settings(BaseSettings):

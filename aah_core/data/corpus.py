@@ -16,9 +16,9 @@ import torch
 
 from aah_core.data.tokenizers import Tokenizer
 from aah_core.errors import InvalidConfig
+from aah_core.shipped import shipped_data_dir
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
-DEFAULT_CORPUS = DATA_DIR / "corpus" / "python-stdlib-3.11.jsonl.gz"
+DEFAULT_CORPUS = shipped_data_dir() / "corpus" / "python-stdlib-3.11.jsonl.gz"
 SEPARATOR = "\n\n"
 
 
