@@ -44,7 +44,9 @@ demo: setup
 
 # Retrains the shipped demo checkpoint from scratch (about 40-60 minutes on a 2-core CPU).
 demo-model: setup
+	rm -f data/demo.metrics.jsonl
 	$(VENV)/bin/aah train --preset demo --out data/demo
+	mv data/demo.metrics.jsonl data/demo/history.jsonl
 
 clean:
 	rm -rf $(VENV) .pytest_cache
