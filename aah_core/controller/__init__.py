@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from aah_core.config import RunConfig
+from aah_core.controller.settings import _coerce as coerce_setting
 from aah_core.errors import InvalidConfig
 from aah_core.model import WindowedGPT
 from aah_core.windows import uniform_plan, validate_plan
@@ -26,10 +27,17 @@ class Controller:
         settings = dict(config.controller)
         settings.pop("mode", None)
         m = config.model
+        # `aah train --set controller.window=32` passes strings; JSON bodies pass typed values
         if "plan" in settings:
-            plan = validate_plan(settings.pop("plan"), m.n_layer, m.n_head, m.seq_len)
+            raw = settings.pop("plan")
+            if isinstance(raw, str):
+                raw = coerce_setting(raw, list[list[int | None]], "controller.plan")
+            plan = validate_plan(raw, m.n_layer, m.n_head, m.seq_len)
         else:
-            plan = uniform_plan(m.n_layer, m.n_head, m.seq_len, settings.pop("window", None))
+            window = settings.pop("window", None)
+            if isinstance(window, str):
+                window = coerce_setting(window, int | None, "controller.window")
+            plan = uniform_plan(m.n_layer, m.n_head, m.seq_len, window)
         if settings:
             raise InvalidConfig(f"unknown controller key(s) {sorted(settings)} for the static controller")
         model.set_plan(plan)

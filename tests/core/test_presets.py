@@ -46,6 +46,24 @@ class Plans(Callback):
         self.metrics.append(metrics)
 
 
+@pytest.mark.parametrize("preset, overrides, window", [
+    ("fixed_window", {"controller.window": "16"}, 16), ("fixed_window", {"controller.window": "null"}, 32),
+    ("baseline", {"controller.plan": "[[4, null], [16, 4]]"}, None)])
+def test_static_controller_takes_cli_strings(preset, overrides, window):
+    # `aah train --set controller.window=N` (README, fixed_window's description) passes strings
+    cfg = apply_overrides(get_preset(preset), {**SMALL, "model.n_layer": 2, "model.n_head": 2, **overrides})
+    model = WindowedGPT(cfg.model)
+    build_controller(cfg, model)
+    expected = [[4, 32], [16, 4]] if window is None else [[window] * 2] * 2
+    assert model.plan.tolist() == expected
+
+
+def test_static_controller_refuses_a_bad_cli_window():
+    cfg = apply_overrides(get_preset("fixed_window"), {**SMALL, "controller.window": "wide"})
+    with pytest.raises(InvalidConfig, match="controller.window"):
+        build_controller(cfg, WindowedGPT(cfg.model))
+
+
 def test_every_paper_row_and_control_is_a_preset():
     assert set(PAPER + OURS) <= set(PRESETS)
     assert get_preset("full_adaptive").controller["mode"] == "aah"
