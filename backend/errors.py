@@ -39,10 +39,6 @@ class Conflict(ServiceError):
     status_code = 409
 
 
-class PayloadTooLarge(ServiceError):
-    status_code = 413
-
-
 class InvalidInput(ServiceError):
     status_code = 422
 

@@ -136,10 +136,6 @@ def count_runs(s: Session) -> int:
     return s.scalar(select(func.count(Run.id))) or 0
 
 
-def run_status(s: Session, run_id: int) -> str:
-    return _run_row(s, run_id).status
-
-
 _MUTABLE = {"status", "checkpoint", "data_hash", "git_rev", "seq_len", "started_at", "ended_at",
             "progress_step", "total_steps", "error", "pid", "config_json"}
 

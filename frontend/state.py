@@ -56,10 +56,6 @@ def decode_plan(text: str | None, n_layer: int | None = None, n_head: int | None
     return plan
 
 
-def plan_shape(plan: Plan) -> tuple[int, int]:
-    return len(plan), len(plan[0]) if plan else 0
-
-
 def changed_cells(a: Plan, b: Plan) -> list[list[bool]]:
     return [[wa != wb for wa, wb in zip(ra, rb)] for ra, rb in zip(a, b)]
 
