@@ -86,6 +86,9 @@ def test_attention_probs_rows_sum_to_one_inside_the_window():
     torch.testing.assert_close(probs.sum(-1), torch.ones(1, 3, 40, dtype=probs.dtype))
     i, j = torch.meshgrid(torch.arange(40), torch.arange(40), indexing="ij")
     assert probs[0, 0][(j <= i - 3) | (j > i)].abs().max() == 0  # head 0 of layer 1 has window 3
+    # ... and it does see all of its 3 most recent keys i-2..i (none cut too early)
+    assert (probs[0, 0][(j > i - 3) & (j <= i)] > 0).all()
+    assert ((probs[0, 0] > 0).sum(-1) == torch.arange(40).clamp(max=2) + 1).all()
 
 
 def test_init_starts_near_uniform_loss():
