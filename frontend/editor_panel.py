@@ -112,14 +112,23 @@ def preset_plan(choice: str, model: dict, own: list, metric: str, params: dict) 
         return S.k_full_per_layer(own, int(params["k"]), S.parse_window(params["w"]))
     if choice == "budgeted allocation":
         with st.spinner(f"Allocating windows at {metric} ≤ {params['budget']:.2f} (the server evaluates candidates)..."):
-            res = api.call("allocate", model["id"], float(params["budget"]), metric=metric,
-                           eval_set=st.session_state.get(C.key(PAGE, "eval"), "mixed"))
-        st.session_state[f"editor._curve.{model['id']}"] = res.get("curve", [])
+            res = api.call("allocate", model["id"], float(params["budget"]), metric=metric, eval_set=_eval_set())
+        st.session_state[_curve_key(model["id"], metric)] = res.get("curve", [])
         return res["windows"]
     if model.get("run_id") is None:
         st.warning("This model has no training run in the store, so there is no controller plan to load.")
         return None
     return api.call("run_windows", model["run_id"])["windows"]
+
+
+def _eval_set() -> str:
+    return st.session_state.get(C.key(PAGE, "eval"), "mixed")
+
+
+def _curve_key(model_id: str, metric: str) -> str:
+    """An allocation curve's losses hold for one eval set and its path for one metric: key it by both,
+    so switching either never plots a stale curve beside the live point."""
+    return f"editor._curve.{model_id}.{_eval_set()}.{metric}"
 
 
 def history_buttons(hist: S.PlanHistory) -> None:
@@ -155,14 +164,13 @@ def table_editor(model: dict, hist: S.PlanHistory) -> None:
 
 
 def live_plot(model: dict, own_info: dict, result: dict, metric: str) -> None:
-    ckey = f"editor._curve.{model['id']}"
+    ckey = _curve_key(model["id"], metric)
     with api.guard("the allocation curve"):
         if not st.session_state.get(ckey) and st.button(
                 "Draw the allocation curve", key="editor._curvebtn",
                 help="runs the allocator from full attention down to 10 % coverage; the plan is not changed"):
             with st.spinner("Running the allocator (the server evaluates candidate plans)..."):
-                res = api.call("allocate", model["id"], 0.1, metric=metric,
-                               eval_set=st.session_state.get(C.key(PAGE, "eval"), "mixed"))
+                res = api.call("allocate", model["id"], 0.1, metric=metric, eval_set=_eval_set())
             st.session_state[ckey] = res.get("curve", [])
     with api.guard("loading runs for the coverage plot"):
         runs = views.run_points(metric)

@@ -209,6 +209,10 @@ def test_editor_draws_the_allocation_curve_without_changing_the_plan(fake_api):
     assert "plan" not in url(at)  # the plan is unchanged
     at.run()
     assert not [b for b in at.button if b.key == "editor._curvebtn"]  # the curve is kept; no button
+    at.selectbox(key="editor.eval").set_value("copy").run()  # its losses were on "mixed": not shown now
+    assert [b for b in at.button if b.key == "editor._curvebtn"] and not at.exception
+    at.button(key="editor._curvebtn").click().run()
+    assert fake_api.called("allocate")[-1][2]["eval_set"] == "copy"
 
 
 def test_present_button_hides_the_navigation_at_once(fake_api):
