@@ -83,18 +83,22 @@ def _start_server(data_dir: Path, demo_dir: Path, port: int) -> subprocess.Popen
     cmd = [sys.executable, "-m", "uvicorn", "backend.app:app", "--host", "127.0.0.1", "--port", str(port),
            "--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=env, cwd=str(REPO))
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}{API}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            raise RuntimeError(f"uvicorn exited with code {proc.returncode}")
-        time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError("the API did not become healthy within 180 s")
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}{API}/health", timeout=2).status_code == 200:
+                    return proc
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"uvicorn exited with code {proc.returncode}")
+            time.sleep(0.3)
+        raise RuntimeError("the API did not become healthy within 180 s")
+    except BaseException:  # timeout, early exit or Ctrl-C: never leave the server behind
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def _one_head_edits(plan: list[list[int | None]], buckets: list[int | None], n: int, seed: int = 0) -> list:
