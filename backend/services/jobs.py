@@ -71,7 +71,13 @@ class JobManager:
                     s, name=body.name or f"{body.preset}", experiment=body.experiment or DEFAULT_EXPERIMENT,
                     preset=body.preset, params=store.flatten_params(config.to_dict()), config=config.to_dict(), seq_len=config.model.seq_len,
                     total_steps=config.train.max_steps)
-            job = self._spawn(run_id)
+            try:
+                job = self._spawn(run_id)
+            except OSError as exc:  # no worker started: the run must not stay SCHEDULED forever
+                error = f"could not start the worker process ({exc.__class__.__name__}: {exc})"
+                with transaction(self.sessions) as s:
+                    store.end_run(s, run_id, "FAILED", error)
+                raise Unavailable(f"run {run_id}: {error}") from None
             self._jobs[run_id] = job
         threading.Thread(target=self._watch, args=(job,), name=f"job-{run_id}", daemon=True).start()
         with transaction(self.sessions) as s:

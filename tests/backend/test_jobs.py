@@ -89,3 +89,16 @@ def test_a_crashing_job_ends_failed_with_its_error(jobs_client):
     r = jobs_client.post(f"{API}/runs", json={"preset": "tiny", "overrides": {**TINY, "data.corpus": "/nonexistent.txt"}})
     run = _wait(jobs_client, r.json()["id"], lambda r: r["status"] not in ("SCHEDULED", "RUNNING"))
     assert run["status"] == "FAILED" and "nonexistent" in run["error"]
+
+
+def test_a_worker_that_cannot_start_is_503_and_its_run_fails(jobs_client, monkeypatch):
+    import subprocess
+
+    def refuse(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    r = jobs_client.post(f"{API}/runs", json={"preset": "tiny", "overrides": TINY, "name": "no worker"})
+    assert r.status_code == 503 and "could not start the worker" in r.json()["detail"]
+    (run,) = [x for x in jobs_client.get(f"{API}/runs").json() if x["name"] == "no worker"]
+    assert run["status"] == "FAILED" and "Too many open files" in run["error"]
