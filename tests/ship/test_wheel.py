@@ -28,7 +28,15 @@ print("ok")
 """
 
 
+def _dev_install() -> str | None:
+    """Where this venv's own aah-studio install (the editable one of `make setup`) lives, or None."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "show", "aah-studio"], capture_output=True, text=True,
+                          timeout=120)
+    return proc.stdout if proc.returncode == 0 else None
+
+
 def test_installed_wheel_serves_the_demo_from_its_own_files(tmp_path):
+    before = _dev_install()
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT),
                     "-w", str(wheels)], check=True, capture_output=True, timeout=300)
@@ -38,8 +46,11 @@ def test_installed_wheel_serves_the_demo_from_its_own_files(tmp_path):
     # the dependencies come from this venv (a .pth line adds its site-packages; its editable finder is not run)
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     (wheel,) = wheels.glob("*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--prefix", str(prefix), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+    # --ignore-installed: without it pip uninstalls this venv's editable aah-studio (then `make demo`, whose
+    # stamp says the venv is ready, has no .venv/bin/aah), or skips the prefix when the versions match
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", "--prefix",
+                    str(prefix), str(wheel)], check=True, capture_output=True, timeout=300)
+    assert _dev_install() == before, "installing the wheel into a prefix changed this venv's own install"
     assert (prefix / "share" / "aah-studio" / "demo" / "model.safetensors").is_file()
     proc = subprocess.run([str(prefix / "bin" / "python"), "-c", f"PREFIX = {str(prefix)!r}\n" + CHECK],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
