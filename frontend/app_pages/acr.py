@@ -56,7 +56,9 @@ with api.guard("window map"):
     if any(r["id"] == run_id and r.get("read_only") for r in runs):
         C.placeholder("Reference figures from the paper carry no window maps.")
         st.stop()
-    latest = api.cached("run_windows", run_id)
+    # a training run's plan and its list of steps grow as it trains: never serve them from the 30 s cache
+    fetch = api.call if live else api.cached
+    latest = fetch("run_windows", run_id)
     steps = latest["steps"] or [latest["step"]]
     if state["step"] not in steps:
         st.session_state[C.key(PAGE, "step")] = steps[-1]
@@ -64,7 +66,7 @@ with api.guard("window map"):
         step = st.select_slider("Window map at step", steps, key=C.key(PAGE, "step"))
     else:
         step = st.session_state[C.key(PAGE, "step")]
-    wm = api.cached("run_windows", run_id, step=step)
+    wm = api.cached("run_windows", run_id, step=step)  # a stored step's plan never changes
     changed = S.changed_cells(latest["windows"], wm["windows"])
     C.show_figure(F.window_grid_figure(wm["windows"], changed=changed,
                                        title=f"window map at step {wm['step']} (outlined: differs from the latest)"),

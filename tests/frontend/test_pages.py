@@ -160,6 +160,11 @@ def test_acr_page_reads_run_and_step_from_the_url(fake_api):
     assert fake_api.called("run_metrics")[0][1] == (2,)
     assert (2,) in [c[1] for c in fake_api.called("run_windows")] and fake_api.called("run_windows")[-1][2] == {"step": 10}
     assert url(at)["run"] == "2" and url(at)["step"] == "10" and url(at)["smooth"] == "0.3"
+    # run 2 is RUNNING: its latest plan (and list of steps) is fetched afresh on every rerun, not cached
+    latest = lambda: [c for c in fake_api.called("run_windows") if c[1] == (2,) and c[2].get("step") is None]  # noqa: E731
+    n = len(latest())
+    at.run()
+    assert len(latest()) == n + 1 and not at.exception
 
 
 def test_compare_page_aggregation_and_window_diff(fake_api):
