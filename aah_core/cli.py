@@ -28,7 +28,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = apply_overrides(get_preset(args.preset), _parse_sets(args.set))
     out = Path(args.out or f"runs/{config.preset}")
-    callbacks = [JsonlSink(out.parent / f"{out.name}.metrics.jsonl")]
+    metrics = out.parent / f"{out.name}.metrics.jsonl"
+    if args.resume is None:
+        metrics.unlink(missing_ok=True)  # a new run starts a new history; a resumed one appends
+    callbacks = [JsonlSink(metrics)]
     if not args.quiet:
         callbacks.append(ProgressBar())
     result = train(config, out, callbacks, resume=args.resume)

@@ -57,3 +57,14 @@ def test_malformed_plan_file(tiny_ckpt, tmp_path):
 def test_bad_flag_exits_nonzero():
     code, _, err = run_cli("train", "--preset", "tiny", "--bogus")
     assert code == 2 and "unrecognized arguments" in err
+
+
+def test_a_new_run_starts_a_new_history_and_a_resumed_one_appends(tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "--preset", "tiny", "--out", str(out), "--quiet", "--set", "train.max_steps=3"]
+    assert main(args) == 0 and main(args) == 0
+    history = tmp_path / "run.metrics.jsonl"
+    assert [json.loads(line)["step"] for line in history.read_text().splitlines()] == [1, 2, 3]
+    more = ["train", "--preset", "tiny", "--out", str(out), "--resume", str(out), "--quiet", "--set", "train.max_steps=5"]
+    assert main(more) == 0
+    assert [json.loads(line)["step"] for line in history.read_text().splitlines()] == [1, 2, 3, 4, 5]
