@@ -62,7 +62,9 @@ class JobManager:
         except (ValueError, TypeError, OverflowError) as exc:
             raise InvalidInput(f"overrides: {exc}") from None
         with self._lock:
-            running = sum(not job.done.is_set() for job in self._jobs.values())
+            # forget finished workers (their runs are in the store), so the table holds live jobs only
+            self._jobs = {rid: job for rid, job in self._jobs.items() if not job.done.is_set()}
+            running = len(self._jobs)
             if running >= self.settings.max_jobs:
                 raise Unavailable(f"{running} training job(s) running; the cap is {self.settings.max_jobs} "
                                   "(AAH_MAX_JOBS). Wait for one to end or cancel one.")
