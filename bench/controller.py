@@ -14,24 +14,20 @@ Writes bench/results/controller-<machine>.json.
 
 from __future__ import annotations
 
-import os
+import argparse
+import math
+import statistics
+import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/attention.py: spin-waits on a shared CPU
+import torch
 
-import argparse  # noqa: E402
-import math  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-
-import torch  # noqa: E402
-
-from aah_core.config import apply_overrides  # noqa: E402
-from aah_core.controller import build_controller  # noqa: E402
-from aah_core.controller.features import head_stats  # noqa: E402
-from aah_core.data import DataStream  # noqa: E402
-from aah_core.model import WindowedGPT  # noqa: E402
-from aah_core.presets import get_preset  # noqa: E402
-from bench.common import machine_slug, write_result  # noqa: E402
+from aah_core.config import apply_overrides
+from aah_core.controller import build_controller
+from aah_core.controller.features import head_stats
+from aah_core.data import DataStream
+from aah_core.model import WindowedGPT
+from aah_core.presets import get_preset
+from bench.common import machine_slug, time_ms, write_result
 
 PRESETS = ("baseline", "full_adaptive", "control_off")
 
@@ -102,17 +98,7 @@ def paper_feature_ms(batch: int, reps: int = 3) -> dict:
     def ours() -> None:
         head_stats(q, k, v, y, windows)
 
-    return {"paper_ms": _median_ms(paper, reps), "ours_ms": _median_ms(ours, reps)}
-
-
-def _median_ms(fn, reps: int) -> float:
-    fn()
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(1e3 * (time.perf_counter() - t0))
-    return statistics.median(samples)
+    return {"paper_ms": time_ms(paper, runs=reps, warmup=1)["median"], "ours_ms": time_ms(ours, runs=reps, warmup=1)["median"]}
 
 
 def main(argv: list[str] | None = None) -> None:
