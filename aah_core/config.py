@@ -146,7 +146,7 @@ def _section_from_dict(section_cls: type, raw: dict[str, Any], prefix: str) -> A
     return section_cls(**raw)
 
 
-def _coerce(value: Any, current: Any, key: str) -> Any:
+def coerce_value(value: Any, current: Any, key: str) -> Any:
     """Convert an override (maybe a string from the CLI) to the type of the current value."""
     if isinstance(current, bool):
         if isinstance(value, bool):
@@ -194,5 +194,5 @@ def apply_overrides(config: RunConfig, overrides: dict[str, Any]) -> RunConfig:
             raise InvalidConfig(f"unknown config key {key!r}; use model.*, data.*, train.* or controller.*")
         if name not in raw[section]:
             raise InvalidConfig(f"unknown config key {key!r}; known {section} keys: {sorted(raw[section])}")
-        raw[section][name] = _coerce(value, raw[section][name], key)
+        raw[section][name] = coerce_value(value, raw[section][name], key)
     return RunConfig.from_dict(raw)

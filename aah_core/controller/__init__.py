@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from aah_core.config import RunConfig
-from aah_core.controller.settings import _coerce as coerce_setting
+from aah_core.controller.settings import coerce_setting
 from aah_core.errors import InvalidConfig
 from aah_core.model import WindowedGPT
 from aah_core.windows import uniform_plan, validate_plan

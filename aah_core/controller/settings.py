@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aah_core.config import RunConfig
-from aah_core.config import _coerce as coerce_override
+from aah_core.config import coerce_value
 from aah_core.errors import InvalidConfig
 from aah_core.windows import pair_count
 
@@ -151,7 +151,7 @@ def parse_settings(cls: type, raw: dict[str, Any], mode: str) -> Any:
             f"unknown controller key(s) {[f'controller.{k}' for k in unknown]} for mode {mode!r}; known: {sorted(names)}"
         )
     hints = typing.get_type_hints(cls)
-    kwargs = {k: _coerce(v, hints[k], f"controller.{k}") for k, v in raw.items() if k != "mode"}
+    kwargs = {k: coerce_setting(v, hints[k], f"controller.{k}") for k, v in raw.items() if k != "mode"}
     return cls(**kwargs)
 
 
@@ -187,10 +187,10 @@ def _at_least(obj: Any, name: str, low: int) -> None:
 SAMPLES = {bool: False, int: 0, float: 0.0, str: ""}
 
 
-def _coerce(value: Any, hint: Any, key: str) -> Any:
+def coerce_setting(value: Any, hint: Any, key: str) -> Any:
     """Convert a raw value (maybe a CLI string) to the annotated type, or raise InvalidConfig.
 
-    Scalars go through the engine's own override coercion (config._coerce); this adds
+    Scalars go through the engine's own override coercion (config.coerce_value); this adds
     optional values (null) and typed lists.
     """
     args = typing.get_args(hint)
@@ -201,7 +201,7 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     if hint in SAMPLES:
         if hint is str and not isinstance(value, str):
             raise InvalidConfig(f"{key} expects a string; got {value!r}")
-        return coerce_override(value, SAMPLES[hint], key)
+        return coerce_value(value, SAMPLES[hint], key)
     if typing.get_origin(hint) is list:
         if isinstance(value, str):
             try:
@@ -211,5 +211,5 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         if not isinstance(value, list):
             raise InvalidConfig(f"{key} expects a list; got {value!r}")
         (item,) = typing.get_args(hint)
-        return [_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [coerce_setting(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
     raise InvalidConfig(f"{key}: unsupported value {value!r}")
