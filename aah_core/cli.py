@@ -1,4 +1,8 @@
-"""The `aah` command: train, eval, presets, bench, serve."""
+"""The engine's commands: train, eval, presets, bench, suite.
+
+The installed `aah` command is aah_launcher.cli, which adds `aah serve` (a process supervisor, kept out
+of the engine) to the parser built here.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from aah_core.errors import AAHError
@@ -82,13 +87,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from aah_core.serve import serve
-
-    return serve(host=args.host, api_port=args.api_port, ui_port=args.ui_port, data_dir=args.data_dir,
-                 timeout=args.timeout, verbose=args.verbose)
-
-
 def cmd_suite(args: argparse.Namespace) -> int:
     from aah_core.suite import run_suite
 
@@ -101,7 +99,11 @@ def cmd_suite(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+AddCommand = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+
+def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
+    """The `aah` parser; each of ``extra`` adds subcommands from outside the engine (e.g. `serve`)."""
     parser = argparse.ArgumentParser(prog="aah", description="AAH Studio: per-head attention windows.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train a model from a preset")
@@ -121,14 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_presets)
     p = sub.add_parser("bench", help="run the benchmarks in bench/ (writes bench/results/)")
     p.set_defaults(func=cmd_bench)
-    p = sub.add_parser("serve", help="start the API and the dashboard; Ctrl-C stops both")
-    p.add_argument("--host", default="127.0.0.1", help="bind address of both servers (default 127.0.0.1)")
-    p.add_argument("--api-port", type=int, help="API port (default $AAH_API_PORT or 8000)")
-    p.add_argument("--ui-port", type=int, help="dashboard port (default $AAH_UI_PORT or 8501)")
-    p.add_argument("--data-dir", help="store, checkpoints and logs (default $AAH_DATA_DIR or ./data)")
-    p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for both health checks")
-    p.add_argument("--verbose", action="store_true", help="server logs on this terminal, not <data-dir>/logs")
-    p.set_defaults(func=cmd_serve)
     p = sub.add_parser("suite", help="train the paper's Table 1 rows at a small scale over seeds; write a report")
     p.add_argument("name", choices=["paper"], help="the suite to run")
     p.add_argument("--scale", default="tiny", choices=["tiny"], help="model/data scale (default tiny: < 1 h on 2 cores)")
@@ -138,14 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/suite-paper", help="run folder (finished runs are reused)")
     p.add_argument("--doc", default="docs/reproduction.md", help="markdown report to write ('' = none)")
     p.set_defaults(func=cmd_suite)
+    for add in extra:
+        add(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, extra: Sequence[AddCommand] = ()) -> int:
     # Threads sleep at OpenMP barriers instead of spinning: on a shared CPU, spinning made
     # training 5-20x slower (bench/__init__.py). Must be set before torch loads; the env wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    parser = build_parser()
+    parser = build_parser(extra)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

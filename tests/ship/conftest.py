@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from aah_core.serve import source_root
+from aah_launcher.serve import source_root
 
 ROOT = source_root()
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "plan.json")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aah_core import serve
+from aah_launcher import serve
 from tests.ship.conftest import ROOT
 
 API_ENTRY = ["python", "-m", "uvicorn", "backend.app:app"]  # ARCHITECTURE.md, "Entry points"
@@ -209,7 +209,7 @@ def test_compose_environment_names_are_read_by_the_code(compose) -> None:
 def test_makefile_demo_runs_aah_serve_with_the_documented_defaults(compose) -> None:
     make = (ROOT / "Makefile").read_text()
     recipe = re.search(r"^demo:.*\n((?:\t.*\n)+)", make, re.M).group(1)
-    assert "aah serve" in recipe or "aah_core.cli serve" in recipe
+    assert "aah serve" in recipe or "aah_launcher.cli serve" in recipe
     assert re.search(r"^demo: setup", make, re.M)
     defaults = dict(re.findall(r"^export (AAH_\w+) \?= (.*)$", make, re.M))
     assert defaults["AAH_API_PORT"] == str(serve.DEFAULT_API_PORT)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from aah_core.serve import API_HEALTH, UI_HEALTH, descendants
+from aah_launcher.serve import API_HEALTH, UI_HEALTH, descendants
 from tests.ship.conftest import ROOT, free_port
 
 START_TIMEOUT_S = 150  # generous: CI shares 2 cores; this bounds a hang, it is not a speed check
@@ -29,7 +29,7 @@ def _get(url: str) -> tuple[int, bytes]:
 
 
 class Served:
-    """`python -m aah_core.cli serve` in the background, its output collected line by line."""
+    """`python -m aah_launcher.cli serve` in the background, its output collected line by line."""
 
     def __init__(self, data_dir: Path, demo_dir: Path | None) -> None:
         self.api_port, self.ui_port = free_port(), free_port()
@@ -42,7 +42,7 @@ class Served:
             env["AAH_DEMO_DIR"] = str(demo_dir)
         self.lines: list[str] = []
         self.ready = threading.Event()
-        self.proc = subprocess.Popen([sys.executable, "-m", "aah_core.cli", "serve"], cwd=ROOT, env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "aah_launcher.cli", "serve"], cwd=ROOT, env=env,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
@@ -142,7 +142,7 @@ def test_serve_refuses_a_busy_port(tmp_path: Path) -> None:
         port = busy.getsockname()[1]
         env = {**os.environ, "AAH_DATA_DIR": str(tmp_path), "AAH_API_PORT": str(port),
                "AAH_UI_PORT": str(free_port())}
-        result = subprocess.run([sys.executable, "-m", "aah_core.cli", "serve"], cwd=ROOT, env=env,
+        result = subprocess.run([sys.executable, "-m", "aah_launcher.cli", "serve"], cwd=ROOT, env=env,
                                 capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert f"127.0.0.1:{port} is not free" in result.stderr and "AAH_API_PORT" in result.stderr
@@ -150,7 +150,7 @@ def test_serve_refuses_a_busy_port(tmp_path: Path) -> None:
 
 def test_serve_rejects_a_bad_port_variable(tmp_path: Path) -> None:
     env = {**os.environ, "AAH_DATA_DIR": str(tmp_path), "AAH_UI_PORT": "eighty"}
-    result = subprocess.run([sys.executable, "-m", "aah_core.cli", "serve"], cwd=ROOT, env=env,
+    result = subprocess.run([sys.executable, "-m", "aah_launcher.cli", "serve"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "AAH_UI_PORT='eighty' is not a port number" in result.stderr

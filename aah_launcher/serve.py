@@ -11,7 +11,8 @@ the API, whose lifespan ends its training workers) and kills whatever is left of
 and of the descendants it saw while they ran. On Linux the children also get PR_SET_PDEATHSIG, so a
 supervisor killed with SIGKILL does not leave them behind either.
 
-This module only supervises processes: it imports neither torch, nor the backend, nor Streamlit.
+This module only supervises processes: it imports neither torch, nor the backend, nor Streamlit. It lives
+outside the engine (aah_core knows nothing of servers); `aah serve` reaches it through aah_launcher.cli.
 """
 
 from __future__ import annotations
