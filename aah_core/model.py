@@ -7,7 +7,8 @@ The plan is an integer tensor [n_layer, n_head]; layer l's attention gets row l.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import torch
 import torch.nn as nn
@@ -22,6 +23,14 @@ from aah_core.windows import full_plan
 Observer = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
+class LayerCache(Protocol):
+    """One layer's KV cache (aah_core/generate.py): `start` positions seen; attend stores k, v and attends."""
+
+    start: int
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+
+
 class Rotary(nn.Module):
     """Rotary position embedding (RoFormer): rotate channel pairs by position-dependent angles."""
 
@@ -32,10 +41,10 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [B, H, T, D] -> same shape, rotated."""
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """x: [B, H, T, D] at positions start .. start+T-1 -> same shape, rotated."""
         T = x.shape[-2]
-        cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
+        cos, sin = self.cos[start : start + T].to(x.dtype), self.sin[start : start + T].to(x.dtype)
         x1, x2 = x[..., 0::2], x[..., 1::2]  # (B, H, T, D/2) each
         rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, H, T, D/2, 2)
         return rotated.flatten(-2)
@@ -55,20 +64,24 @@ class WindowedSelfAttention(nn.Module):
         # a learned controller trains through a soft window: an additive score bias [H, T, T] (controller/learned.py)
         self.window_bias: Callable[[int], torch.Tensor] | None = None
 
-    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x: [B, T, C] -> q, k, v each [B, H, T, D] (rotary applied to q and k)."""
+    def heads(self, x: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x: [B, T, C] at positions start.. -> q, k, v each [B, H, T, D] (rotary applied to q and k)."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
         if self.rotary is not None:
-            q, k = self.rotary(q), self.rotary(k)
+            q, k = self.rotary(q, start), self.rotary(k, start)
         return q, k, v
 
-    def forward(self, x: torch.Tensor, windows: tuple[int, ...], backend: str) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, windows: tuple[int, ...], backend: str, cache: LayerCache | None = None
+    ) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = self.heads(x)
+        q, k, v = self.heads(x, 0 if cache is None else cache.start)
         p = self.dropout if self.training else 0.0
-        if self.window_bias is not None and self.training:
+        if cache is not None:  # incremental decoding: the cache holds the plan's windows
+            y = cache.attend(q, k, v)  # (B, H, T, D)
+        elif self.window_bias is not None and self.training:
             bias = self.window_bias(T).to(q.dtype)  # (H, T, T), -inf above the diagonal
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)  # (B, H, T, D)
         else:
@@ -98,8 +111,10 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, windows: tuple[int, ...], backend: str) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), windows, backend)
+    def forward(
+        self, x: torch.Tensor, windows: tuple[int, ...], backend: str, cache: LayerCache | None = None
+    ) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), windows, backend, cache)
         return x + self.mlp(self.ln2(x))
 
 
@@ -146,26 +161,30 @@ class WindowedGPT(nn.Module):
             raise ValueError(f"plan shape {tuple(plan.shape)} != {tuple(self.plan.shape)}")
         self.plan.copy_(plan.clamp(max=self.config.seq_len))
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """idx: [B, T] token ids -> the residual stream entering layer 0, [B, T, C]."""
+    def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """idx: [B, T] token ids at positions start.. -> the residual stream entering layer 0, [B, T, C]."""
         T = idx.shape[1]
-        if T > self.config.seq_len:
-            raise ValueError(f"sequence length {T} exceeds model.seq_len={self.config.seq_len}")
+        if start + T > self.config.seq_len:
+            raise ValueError(f"sequence length {start + T} exceeds model.seq_len={self.config.seq_len}")
         x = self.wte(idx)
         if self.wpe is not None:
-            x = x + self.wpe(torch.arange(T, device=idx.device))
+            x = x + self.wpe(torch.arange(start, start + T, device=idx.device))
         return self.drop(x)
 
     def run_layers(
         self, x: torch.Tensor, plan: torch.Tensor, start: int = 0, end: int | None = None, backend: str = "auto",
-        residuals: list[torch.Tensor] | None = None,
+        residuals: list[torch.Tensor] | None = None, cache: Sequence[LayerCache] | None = None,
     ) -> torch.Tensor:
-        """Run blocks start..end-1 on residual x [B, T, C]; appends each block's input to `residuals`."""
+        """Run blocks start..end-1 on residual x [B, T, C]; appends each block's input to `residuals`.
+
+        With `cache` (one LayerCache per layer, aah_core/generate.py) x holds the positions after the
+        cached ones and attention goes through the cache, which was built for `plan`.
+        """
         windows = plan.tolist()
         for layer in range(start, self.config.n_layer if end is None else end):
             if residuals is not None:
                 residuals.append(x)
-            x = self.blocks[layer](x, tuple(windows[layer]), backend)
+            x = self.blocks[layer](x, tuple(windows[layer]), backend, None if cache is None else cache[layer])
         return x
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
