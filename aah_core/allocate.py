@@ -22,7 +22,7 @@ import torch
 from aah_core.data import EvalBatch
 from aah_core.errors import InvalidConfig
 from aah_core.evaluate import PrefixCachedEvaluator
-from aah_core.model import WindowedGPT
+from aah_core.model_api import WindowedLM
 from aah_core.windows import acr, causal_coverage, tile_coverage
 
 METRICS = {"causal_coverage": causal_coverage, "acr": acr, "tile_coverage": tile_coverage}
@@ -45,9 +45,9 @@ class AllocationResult:
 class _Search:
     """Plans as bucket indices [L, H]; losses through one prefix-cached evaluator."""
 
-    def __init__(self, model: WindowedGPT, batch: EvalBatch, metric: str, backend: str) -> None:
+    def __init__(self, model: WindowedLM, batch: EvalBatch, metric: str, backend: str) -> None:
         self.model, self.metric = model, metric
-        self.T = model.config.seq_len
+        self.T = model.seq_len
         self.windows = torch.tensor(sorted({min(b, self.T) for b in model.buckets}), dtype=torch.long)
         self.K = len(self.windows)
         fn = METRICS[metric]
@@ -72,7 +72,7 @@ class _Search:
 
 def _sensitivity(search: _Search, full_loss: float) -> torch.Tensor:
     """delta[l, h, k]: loss increase when only head (l, h) drops to bucket k (0 at the full bucket)."""
-    L, H = search.model.config.n_layer, search.model.config.n_head
+    L, H = search.model.n_layer, search.model.n_head
     delta = torch.zeros(L, H, search.K, dtype=torch.float64)
     full = torch.full((L, H), search.K - 1, dtype=torch.long)
     for layer in reversed(range(L)):  # later layers first: each edit recomputes only from its layer
@@ -141,7 +141,7 @@ def _ascend(search: _Search, idx: torch.Tensor, loss: float, budget: float, refi
 
 
 def allocate(
-    model: WindowedGPT,
+    model: WindowedLM,
     batch: EvalBatch,
     budget: float,
     metric: str = "causal_coverage",
@@ -151,7 +151,7 @@ def allocate(
     """A per-head plan with `metric` <= budget that keeps the loss on `batch` low (see the module docstring).
 
     Args:
-        model: a trained WindowedGPT (its buckets are the window choices).
+        model: a trained WindowedLM (its buckets are the window choices).
         batch: a fixed evaluation batch (e.g. evaluate.make_eval_batch(config)).
         budget: the coverage allowed, in (0, 1].
         metric: "causal_coverage" (default), "acr" or "tile_coverage".
@@ -170,7 +170,7 @@ def allocate(
             f"budget {budget} is below the smallest {metric} this model's buckets reach "
             f"({float(search.cost[0]):.4f}, every head at window {int(search.windows[0])})"
         )
-    L, H = model.config.n_layer, model.config.n_head
+    L, H = model.n_layer, model.n_head
     full = torch.full((L, H), search.K - 1, dtype=torch.long)
     full_loss = search.loss(full)
     full_only = float(search.cost[-1]) <= budget + 1e-12

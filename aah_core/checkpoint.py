@@ -18,6 +18,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from aah_core.config import RunConfig
+from aah_core.data.tokenizers import make_tokenizer
 from aah_core.errors import AAHError, CheckpointError
 from aah_core.model import WindowedGPT
 from aah_core.windows import plan_to_json, validate_plan
@@ -93,7 +94,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
         raise CheckpointError(f"{path}/config.json: not an AAH Studio checkpoint (format must be {FORMAT!r})")
     try:
         config = RunConfig.from_dict(header["config"])
-        model = WindowedGPT(config.model)
+        model = WindowedGPT(config.model, make_tokenizer(config.data.tokenizer, config.data.tokenizer_dir))
         state = load_file(str(path / "model.safetensors"), device=device)
     except (AAHError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{path}/config.json: invalid configuration: {exc}") from None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from aah_core.attention.reference import attention_probs
-from aah_core.model import WindowedGPT
+from aah_core.model_api import WindowedLM
 
 MAX_SIDE = 256  # no heatmap axis longer than this after pooling
 
@@ -28,13 +28,11 @@ class HeadMaps:
 
 
 @torch.no_grad()
-def layer_queries_keys(model: WindowedGPT, idx: torch.Tensor, plan: torch.Tensor,
+def layer_queries_keys(model: WindowedLM, idx: torch.Tensor, plan: torch.Tensor,
                        layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """q, k of `layer` ([B, H, T, D] each) for ids [B, T], layers before it run under `plan`."""
-    x = model.run_layers(model.embed(idx), plan, end=layer)  # (B, T, C)
-    block = model.blocks[layer]
-    q, k, _ = block.attn.heads(block.ln1(x))
-    return q, k
+    """q, k of `layer` ([B, H, T, D] each, float32) for ids [B, T], layers before it run under `plan`."""
+    q, k = model.queries_keys(model.run_layers(model.embed(idx), plan, end=layer), layer)
+    return q.float(), k.float()
 
 
 def cut_mass(full: torch.Tensor, window: int) -> torch.Tensor:
@@ -43,7 +41,7 @@ def cut_mass(full: torch.Tensor, window: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def head_attention(model: WindowedGPT, idx: torch.Tensor, plan: torch.Tensor, layer: int, head: int,
+def head_attention(model: WindowedLM, idx: torch.Tensor, plan: torch.Tensor, layer: int, head: int,
                    window: int) -> HeadMaps:
     """One head's map on one sequence idx [1, T], full and under `window` (earlier layers under `plan`)."""
     q, k = layer_queries_keys(model, idx, plan, layer)
@@ -101,13 +99,13 @@ def retained_mass(probs: torch.Tensor, windows: Sequence[int]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def retained_mass_curves(model: WindowedGPT, idx: torch.Tensor, plan: torch.Tensor,
+def retained_mass_curves(model: WindowedLM, idx: torch.Tensor, plan: torch.Tensor,
                          windows: Sequence[int]) -> torch.Tensor:
     """[n_layer, n_head, K]: each head's full-window attention (earlier layers under `plan`), retained
     within each window of `windows`."""
     T = idx.shape[1]
     curves = []
-    for layer in range(model.config.n_layer):
+    for layer in range(model.n_layer):
         q, k = layer_queries_keys(model, idx, plan, layer)
         probs = attention_probs(q, k, (T,) * q.shape[1])  # (B, H, T, T)
         curves.append(retained_mass(probs, windows))

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from aah_core.config import RunConfig
 from aah_core.data import DataStream, EvalBatch
-from aah_core.model import WindowedGPT, token_losses
+from aah_core.model import token_losses
+from aah_core.model_api import WindowedLM
 
 
 def make_eval_batch(config: RunConfig, eval_set: str = "mixed", n_seq: int = 4) -> EvalBatch:
@@ -25,7 +26,7 @@ def _mean_loss(logits: torch.Tensor, targets: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def evaluate_loss(model: WindowedGPT, batch: EvalBatch, plan: torch.Tensor | None = None, backend: str = "auto") -> float:
+def evaluate_loss(model: WindowedLM, batch: EvalBatch, plan: torch.Tensor | None = None, backend: str = "auto") -> float:
     """Mean cross-entropy over the batch's target tokens under `plan` (default: the model's own)."""
     plan = model.plan if plan is None else plan
     logits = model.logits(model.run_layers(model.embed(batch.idx), plan, backend=backend))
@@ -35,7 +36,7 @@ def evaluate_loss(model: WindowedGPT, batch: EvalBatch, plan: torch.Tensor | Non
 class PrefixCachedEvaluator:
     """Evaluates many plans on one fixed batch, recomputing only from the first edited layer."""
 
-    def __init__(self, model: WindowedGPT, batch: EvalBatch, backend: str = "auto") -> None:
+    def __init__(self, model: WindowedLM, batch: EvalBatch, backend: str = "auto") -> None:
         self.model = model.eval()
         self.batch = batch
         self.backend = backend
@@ -49,19 +50,19 @@ class PrefixCachedEvaluator:
         if self._plan is None:
             return 0
         changed = (plan != self._plan).any(dim=1).nonzero()
-        return int(changed[0]) if len(changed) else self.model.config.n_layer
+        return int(changed[0]) if len(changed) else self.model.n_layer
 
     @torch.no_grad()
     def final_residual(self, plan: torch.Tensor) -> torch.Tensor:
         start = self.first_changed_layer(plan)
-        if start == self.model.config.n_layer and self._final is not None:
+        if start == self.model.n_layer and self._final is not None:
             self.layers_recomputed = 0
             return self._final
         x = self.model.embed(self.batch.idx) if start == 0 else self._residuals[start]
         residuals = self._residuals[:start]
         self._final = self.model.run_layers(x, plan, start=start, backend=self.backend, residuals=residuals)
         self._residuals, self._plan = residuals, plan.clone()
-        self.layers_recomputed = self.model.config.n_layer - start
+        self.layers_recomputed = self.model.n_layer - start
         return self._final
 
     @torch.no_grad()

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from aah_core.attention import windowed_attention
 from aah_core.attention.reference import attention_probs as reference_probs
 from aah_core.config import ModelConfig
+from aah_core.data.tokenizers import Tokenizer
 from aah_core.windows import full_plan
 
 # observer(layer, q, k, v, y): sees each layer's per-head tensors [B, H, T, D] (controller features)
@@ -119,11 +120,16 @@ class Block(nn.Module):
 
 
 class WindowedGPT(nn.Module):
-    """GPT with a per-head window plan. `self.plan` [n_layer, n_head] is the model's own plan."""
+    """GPT with a per-head window plan. `self.plan` [n_layer, n_head] is the model's own plan.
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    Satisfies aah_core.model_api.WindowedLM; `tokenizer` is the one its data config names
+    (set by load_checkpoint; None for a model built without one).
+    """
+
+    def __init__(self, cfg: ModelConfig, tokenizer: Tokenizer | None = None) -> None:
         super().__init__()
         self.config = cfg
+        self.tokenizer = tokenizer
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.wpe = nn.Embedding(cfg.seq_len, cfg.d_model) if cfg.positions == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
@@ -146,6 +152,22 @@ class WindowedGPT(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def n_layer(self) -> int:
+        return self.config.n_layer
+
+    @property
+    def n_head(self) -> int:
+        return self.config.n_head
+
+    @property
+    def seq_len(self) -> int:
+        return self.config.seq_len
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
 
     @property
     def buckets(self) -> list[int]:
@@ -191,6 +213,12 @@ class WindowedGPT(nn.Module):
         """Final residual [B, T, C] -> logits [B, T, V]."""
         return self.lm_head(self.ln_f(x))
 
+    def queries_keys(self, x: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual entering `layer` [B, T, C] -> its q, k [B, H, T, D] (rotary applied)."""
+        block = self.blocks[layer]
+        q, k, _ = block.attn.heads(block.ln1(x))
+        return q, k
+
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, plan: torch.Tensor | None = None,
         backend: str = "auto",
@@ -206,8 +234,7 @@ class WindowedGPT(nn.Module):
     @torch.no_grad()
     def attention_probs(self, idx: torch.Tensor, plan: torch.Tensor, layer: int) -> torch.Tensor:
         """Per-head attention probabilities of `layer` under `plan`, via the reference path: [B, H, T, T]."""
-        x = self.run_layers(self.embed(idx), plan, end=layer)
-        q, k, _ = self.blocks[layer].attn.heads(self.blocks[layer].ln1(x))
+        q, k = self.queries_keys(self.run_layers(self.embed(idx), plan, end=layer), layer)
         return reference_probs(q, k, tuple(plan[layer].tolist()))
 
 

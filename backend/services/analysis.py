@@ -96,7 +96,7 @@ def _token_ids(lm: LoadedModel, text: str | None, text_id: str | None) -> torch.
         ids = lm.tokenizer.encode(text)[: lm.info.seq_len]
         if not ids:
             raise InvalidInput("text: the text is empty after tokenization; send at least one character")
-        if max(ids) >= lm.model.config.vocab_size:
+        if max(ids) >= lm.model.vocab_size:
             raise InvalidInput("text: the text has tokens outside this model's vocabulary")
         return torch.tensor(ids, dtype=torch.long)
     if text_id is None:

@@ -20,11 +20,12 @@ import torch
 from safetensors import SafetensorError, safe_open
 from sqlalchemy.orm import Session, sessionmaker
 
-from aah_core.checkpoint import Checkpoint, load_checkpoint
+from aah_core.checkpoint import load_checkpoint
 from aah_core.config import RunConfig
 from aah_core.data import DataStream, EvalBatch, Tokenizer
 from aah_core.errors import AAHError, CheckpointError
 from aah_core.evaluate import PrefixCachedEvaluator
+from aah_core.model_api import WindowedLM
 from backend import catalog
 from backend.db import transaction
 from backend.errors import InvalidInput, NotFound, Unavailable
@@ -48,7 +49,7 @@ class TextSample:
 @dataclass
 class LoadedModel:
     id: str
-    checkpoint: Checkpoint
+    model: WindowedLM  # the one model interface: the service never asks which family it is
     info: ModelInfo
     stream: DataStream
     lock: threading.RLock = field(default_factory=threading.RLock)  # evaluators are stateful
@@ -57,16 +58,12 @@ class LoadedModel:
     _texts: dict[str, TextSample] | None = None
 
     @property
-    def model(self) -> Any:
-        return self.checkpoint.model
-
-    @property
     def plan(self) -> torch.Tensor:
-        return self.checkpoint.plan
+        return self.model.plan
 
     @property
     def tokenizer(self) -> Tokenizer:
-        return self.stream.tokenizer
+        return self.model.tokenizer
 
     def batch(self, eval_set: str) -> EvalBatch:
         """The fixed batch of make_eval_batch(config, eval_set, EVAL_SEQS) (same stream, same seeds)."""
@@ -189,7 +186,7 @@ class Registry:
                 stream = DataStream(ckpt.config.data, ckpt.config.model.seq_len)
             except (CheckpointError, AAHError, ValueError, OSError) as exc:
                 raise Unavailable(f"model {model_id!r} cannot be loaded: {exc}") from None
-            loaded = LoadedModel(model_id, ckpt, info, stream)
+            loaded = LoadedModel(model_id, ckpt.model, info, stream)
             logger.info("model %s loaded from %s", model_id, entry.path)
             with self._lock:
                 self._loaded[model_id] = loaded

@@ -1,0 +1,92 @@
+"""The one model interface: what evaluation, diagnostics, allocation and the service need of a
+language model with per-head windows.
+
+The demo's `WindowedGPT` (aah_core/model.py) and the Hugging Face adapter (aah_core/hf/) both
+satisfy it, so nothing downstream branches on the model's family. A model is run as
+
+    x = model.embed(idx)                                  # [B, T, C], the residual entering layer 0
+    x = model.run_layers(x, plan, start=l, residuals=rs)  # layers l.. under plan [n_layer, n_head]
+    logits = model.logits(x)                              # [B, T, V]
+
+and the residual entering layer l depends only on plan rows < l (prefix caching, evaluate.py).
+Windows follow aah_core/windows.py: head h with window w lets query i see keys i - w < j <= i.
+Under grouped-query attention windows are per query head; key/value heads are shared.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from aah_core.data.tokenizers import Tokenizer
+
+
+@runtime_checkable
+class WindowedLM(Protocol):
+    """A causal LM whose attention takes a per-head window plan [n_layer, n_head]."""
+
+    training: bool
+
+    @property
+    def n_layer(self) -> int: ...
+
+    @property
+    def n_head(self) -> int:
+        """Query heads per layer (the plan's second axis)."""
+        ...
+
+    @property
+    def seq_len(self) -> int:
+        """The context used for evaluation; a window >= seq_len is full attention."""
+        ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def plan(self) -> torch.Tensor:
+        """The model's own plan [n_layer, n_head] (full written as seq_len)."""
+        ...
+
+    @property
+    def buckets(self) -> list[int]:
+        """The window choices offered for this model, ascending, full written as seq_len."""
+        ...
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token ids [B, T] -> the residual stream entering layer 0, [B, T, C]."""
+        ...
+
+    def run_layers(
+        self, x: torch.Tensor, plan: torch.Tensor, start: int = 0, end: int | None = None, backend: str = "auto",
+        residuals: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Run layers start..end-1 on the residual x under `plan`; appends each layer's input to `residuals`."""
+        ...
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual after the last layer [B, T, C] -> logits [B, T, V]."""
+        ...
+
+    def queries_keys(self, x: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual entering `layer` -> its attention's q and k, each [B, n_head, T, D], positions
+        applied, key heads repeated to the query heads they serve, q scaled so that
+        softmax(q k^T / sqrt(D)) is the layer's attention (for attention maps)."""
+        ...
+
+    def eval(self) -> WindowedLM: ...
+
+    def train(self, mode: bool = True) -> WindowedLM: ...
+
+
+def power_of_two_buckets(seq_len: int) -> list[int]:
+    """Window choices for a context: the powers of two below seq_len, then seq_len (full)."""
+    out, w = [], 1
+    while w < seq_len:
+        out.append(w)
+        w *= 2
+    return out + [seq_len]
