@@ -1,12 +1,15 @@
 """Checkpoints: a directory with config.json, model.safetensors and plan.json. Never pickle.
 
 Writes are atomic: everything goes to a temporary sibling directory that is renamed into
-place, so a crash never leaves a half-written checkpoint.
+place, so a crash never leaves a half-written checkpoint. `read_checkpoint_info` is the one
+reader of a checkpoint's files without its weights (what a service lists and registers);
+`load_checkpoint` builds the model.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import uuid
 from dataclasses import dataclass, field
@@ -14,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from aah_core.config import RunConfig
@@ -24,6 +27,7 @@ from aah_core.model import WindowedGPT
 from aah_core.windows import plan_to_json, validate_plan
 
 FORMAT = "aah-studio/checkpoint-v1"
+FILES = ("config.json", "model.safetensors", "plan.json")
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt")
 TIED = "lm_head.weight"  # shares storage with wte.weight; stored once
 
@@ -35,6 +39,17 @@ class Checkpoint:
     plan: torch.Tensor  # [n_layer, n_head]
     controller_state: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a checkpoint says about itself, read and validated without loading its weights."""
+
+    config: RunConfig
+    plan: torch.Tensor  # [n_layer, n_head], validated against config.model; full written as seq_len
+    n_params: int  # elements of the stored tensors (the tied lm_head is stored once)
+    meta: dict[str, Any] = field(default_factory=dict)
+    controller_state: dict[str, Any] = field(default_factory=dict)
 
 
 def save_checkpoint(
@@ -79,27 +94,76 @@ def _read_json(file: Path) -> Any:
         raise CheckpointError(f"{file}: not valid JSON ({exc.__class__.__name__}); the checkpoint is corrupt") from None
 
 
-def load_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
-    """Load a checkpoint directory; refuses pickles, missing files and foreign or corrupt content."""
-    path = Path(path)
+def _check_files(path: Path) -> None:
     if path.is_file() and path.suffix in PICKLE_SUFFIXES:
         raise CheckpointError(f"{path}: pickle checkpoints are refused; use a directory with model.safetensors")
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such checkpoint directory")
-    for name in ("config.json", "model.safetensors", "plan.json"):
+    for name in FILES:
         if not (path / name).is_file():
-            raise CheckpointError(f"{path}: missing {name}; a checkpoint holds config.json, model.safetensors, plan.json")
+            raise CheckpointError(f"{path}: missing {name}; a checkpoint holds {', '.join(FILES)}")
+
+
+def _read_config(path: Path) -> tuple[RunConfig, dict[str, Any]]:
     header = _read_json(path / "config.json")
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise CheckpointError(f"{path}/config.json: not an AAH Studio checkpoint (format must be {FORMAT!r})")
     try:
         config = RunConfig.from_dict(header["config"])
-        model = WindowedGPT(config.model, make_tokenizer(config.data.tokenizer, config.data.tokenizer_dir))
-        state = load_file(str(path / "model.safetensors"), device=device)
     except (AAHError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{path}/config.json: invalid configuration: {exc}") from None
+    meta = header.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}/config.json: 'meta' must be an object")
+    return config, meta
+
+
+def _read_plan(path: Path, config: RunConfig) -> tuple[torch.Tensor, dict[str, Any]]:
+    plan_doc = _read_json(path / "plan.json")
+    if not isinstance(plan_doc, dict) or "windows" not in plan_doc:
+        raise CheckpointError(f"{path}/plan.json: expected an object with 'windows'")
+    m = config.model
+    try:
+        plan = validate_plan(plan_doc["windows"], m.n_layer, m.n_head, m.seq_len)
+    except AAHError as exc:
+        raise CheckpointError(f"{path}/plan.json: {exc}") from None
+    controller_state = plan_doc.get("controller") or {}
+    if not isinstance(controller_state, dict):
+        raise CheckpointError(f"{path}/plan.json: 'controller' must be an object")
+    return plan, controller_state
+
+
+def _unreadable_weights(path: Path, exc: Exception) -> CheckpointError:
+    return CheckpointError(f"{path}/model.safetensors: unreadable ({exc}); the file is corrupt or not safetensors")
+
+
+def read_checkpoint_info(path: str | Path) -> CheckpointInfo:
+    """Config, validated plan, parameter count and meta of a checkpoint directory, from its JSON files and
+    the safetensors header only (no weights are read). Raises CheckpointError naming the bad file."""
+    path = Path(path)
+    _check_files(path)
+    config, meta = _read_config(path)
+    plan, controller_state = _read_plan(path, config)
+    try:
+        with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+            n_params = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
     except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}/model.safetensors: unreadable ({exc}); the file is corrupt or not safetensors") from None
+        raise _unreadable_weights(path, exc) from None
+    return CheckpointInfo(config, plan, int(n_params), meta, controller_state)
+
+
+def load_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
+    """Load a checkpoint directory; refuses pickles, missing files and foreign or corrupt content."""
+    path = Path(path)
+    _check_files(path)
+    config, meta = _read_config(path)
+    try:
+        model = WindowedGPT(config.model, make_tokenizer(config.data.tokenizer, config.data.tokenizer_dir))
+        state = load_file(str(path / "model.safetensors"), device=device)
+    except AAHError as exc:
+        raise CheckpointError(f"{path}/config.json: invalid configuration: {exc}") from None
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise _unreadable_weights(path, exc) from None
     expected = set(model.state_dict()) - {TIED}
     if set(state) != expected:
         missing, extra = sorted(expected - set(state))[:3], sorted(set(state) - expected)[:3]
@@ -108,13 +172,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
         model.load_state_dict(state, strict=False)
     except RuntimeError as exc:
         raise CheckpointError(f"{path}: weight shapes do not match the config: {str(exc)[:200]}") from None
-    plan_doc = _read_json(path / "plan.json")
-    if not isinstance(plan_doc, dict) or "windows" not in plan_doc:
-        raise CheckpointError(f"{path}/plan.json: expected an object with 'windows'")
-    try:
-        plan = validate_plan(plan_doc["windows"], config.model.n_layer, config.model.n_head, config.model.seq_len)
-    except AAHError as exc:
-        raise CheckpointError(f"{path}/plan.json: {exc}") from None
+    plan, controller_state = _read_plan(path, config)
     model.set_plan(plan)
     model.to(device).eval()
-    return Checkpoint(model, config, plan, plan_doc.get("controller") or {}, header.get("meta") or {})
+    return Checkpoint(model, config, plan, controller_state, meta)

@@ -15,6 +15,10 @@ from pathlib import Path
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
+from aah_core.checkpoint import FILES as CHECKPOINT_FILES
+from aah_core.checkpoint import read_checkpoint_info
+from aah_core.errors import CheckpointError
+from aah_core.windows import plan_to_json
 from backend import catalog, store
 from backend.models import Checkpoint, Run
 from backend.settings import Settings
@@ -22,7 +26,6 @@ from backend.settings import Settings
 logger = logging.getLogger(__name__)
 DEMO_ID = "demo"
 DEMO_EXPERIMENT = "demo"
-CHECKPOINT_FILES = ("config.json", "model.safetensors", "plan.json")
 HISTORY = "history.jsonl"
 
 
@@ -85,27 +88,30 @@ def seed_demo(s: Session, settings: Settings) -> bool:
     existing = s.get(Checkpoint, DEMO_ID)
     if existing is not None and existing.fingerprint == fp:
         return False
+    try:
+        info = read_checkpoint_info(src)  # config, meta and plan validated by the engine
+    except CheckpointError as exc:
+        logger.error("demo checkpoint not registered: %s", exc)
+        return False
     if existing is not None and existing.run_id is not None:
         s.execute(delete(Run).where(Run.id == existing.run_id))
     relative = _place_inside(src, settings.data_dir)
-    header = json.loads((src / "config.json").read_text())
-    config, meta = header.get("config", {}), header.get("meta", {})
-    plan_doc = json.loads((src / "plan.json").read_text())
+    config, meta, seq_len = info.config.to_dict(), info.meta, info.config.model.seq_len
     history = read_history(src / HISTORY)
     last_step = max((row[1] for row in history), default=int(meta.get("step", 0)))
     run_id = store.create_run(
         s, name="demo model (shipped)", experiment=DEMO_EXPERIMENT, status="FINISHED",
-        preset=config.get("preset"), params=store.flatten_params(config), config=config,
-        seq_len=config.get("model", {}).get("seq_len"), checkpoint=relative, data_hash=meta.get("data_hash"),
-        git_rev=meta.get("git_rev"), total_steps=config.get("train", {}).get("max_steps"),
+        preset=info.config.preset, params=store.flatten_params(config), config=config,
+        seq_len=seq_len, checkpoint=relative, data_hash=meta.get("data_hash"),
+        git_rev=meta.get("git_rev"), total_steps=info.config.train.max_steps,
     )
     stamps = [row[3] for row in history if row[3] > 0]
     store.update_run(s, run_id, progress_step=last_step,
                      started_at=int(min(stamps) * 1000) if stamps else None,
                      ended_at=int(max(stamps) * 1000) if stamps else None)
     store.log_metrics(s, run_id, history)
-    store.log_plan(s, run_id, last_step, plan_doc["windows"])
+    store.log_plan(s, run_id, last_step, plan_to_json(info.plan, seq_len))
     catalog.register_checkpoint(s, catalog.CheckpointEntry(
-        id=DEMO_ID, name="Demo model", path=relative, run_id=run_id, preset=config.get("preset"), fingerprint=fp))
+        id=DEMO_ID, name="Demo model", path=relative, run_id=run_id, preset=info.config.preset, fingerprint=fp))
     logger.info("demo checkpoint registered from %s (%d metric rows)", src, len(history))
     return True

@@ -7,7 +7,6 @@ it (no traversal, no symlink escapes). Only safetensors + JSON checkpoints are l
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import OrderedDict
@@ -17,11 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
 from sqlalchemy.orm import Session, sessionmaker
 
-from aah_core.checkpoint import load_checkpoint
-from aah_core.config import RunConfig
+from aah_core.checkpoint import CheckpointInfo, load_checkpoint, read_checkpoint_info
 from aah_core.data import DataStream, EvalBatch, Tokenizer
 from aah_core.errors import AAHError, CheckpointError
 from aah_core.evaluate import PrefixCachedEvaluator
@@ -100,12 +97,12 @@ class LoadedModel:
         return texts[text_id]
 
 
-def _model_info(model_id: str, name: str, config: RunConfig, n_params: int, run_id: int | None,
-                preset: str | None) -> ModelInfo:
-    m = config.model
+def _model_info(entry: catalog.CheckpointEntry, ckpt: CheckpointInfo) -> ModelInfo:
+    m = ckpt.config.model
     buckets = [None if b is None or b >= m.seq_len else b for b in m.buckets]
-    return ModelInfo(id=model_id, name=name, n_layer=m.n_layer, n_head=m.n_head, seq_len=m.seq_len,
-                     preset=preset or config.preset, buckets=buckets, n_params=n_params, run_id=run_id)
+    return ModelInfo(id=entry.id, name=entry.name, n_layer=m.n_layer, n_head=m.n_head, seq_len=m.seq_len,
+                     preset=entry.preset or ckpt.config.preset, buckets=buckets, n_params=ckpt.n_params,
+                     run_id=entry.run_id)
 
 
 class Registry:
@@ -133,7 +130,7 @@ class Registry:
             return catalog.get_checkpoint(s, model_id)
 
     def _info_from_files(self, entry: catalog.CheckpointEntry) -> ModelInfo:
-        """ModelInfo from config.json and the safetensors header, without loading weights."""
+        """ModelInfo from the checkpoint's files (aah_core.checkpoint.read_checkpoint_info), no weights."""
         path = self.resolve(entry.path)
         try:
             stamp = (path / "config.json").stat().st_mtime
@@ -142,13 +139,10 @@ class Registry:
         key = (entry.id, entry.path, stamp)
         if key not in self._infos:
             try:
-                header = json.loads((path / "config.json").read_text())
-                config = RunConfig.from_dict(header["config"])
-                with safe_open(str(path / "model.safetensors"), framework="pt") as f:
-                    n_params = sum(_numel(f.get_slice(k).get_shape()) for k in f.keys())
-            except (OSError, ValueError, KeyError, TypeError, AAHError, SafetensorError) as exc:
+                ckpt = read_checkpoint_info(path)
+            except CheckpointError as exc:
                 raise Unavailable(f"model {entry.id!r}: checkpoint {entry.path!r} is unreadable ({exc})") from None
-            self._infos[key] = _model_info(entry.id, entry.name, config, n_params, entry.run_id, entry.preset)
+            self._infos[key] = _model_info(entry, ckpt)
         return self._infos[key]
 
     def list_models(self) -> list[ModelInfo]:
@@ -217,10 +211,3 @@ class Registry:
         with self._lock:
             self._loaded.clear()
         self.results.clear()
-
-
-def _numel(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n

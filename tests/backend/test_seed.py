@@ -49,3 +49,13 @@ def test_a_demo_inside_the_data_dir_is_referenced_not_copied(tmp_path, tiny_demo
 def test_no_demo_means_no_models_and_no_error(tmp_path):
     with TestClient(create_app(make_settings(tmp_path, tmp_path / "missing", seed_paper=False))) as c:
         assert c.get(f"{API}/models").json() == [] and _demo_runs(c) == []
+
+
+def test_a_demo_with_an_invalid_plan_is_not_registered(tmp_path, tiny_demo):
+    shipped = tmp_path / "shipped"
+    shutil.copytree(tiny_demo, shipped)
+    doc = json.loads((shipped / "plan.json").read_text())
+    doc["windows"][0][0] = 0  # window 0 is not a window
+    (shipped / "plan.json").write_text(json.dumps(doc))
+    with TestClient(create_app(make_settings(tmp_path / "data", shipped, seed_paper=False))) as c:
+        assert c.get(f"{API}/models").json() == [] and _demo_runs(c) == []
