@@ -1,0 +1,184 @@
+"""HFWindowedLM: a Hugging Face causal LM behind the one model interface (aah_core.model_api).
+
+No model code is copied. Layers are transformers' own modules, called with the arguments the
+model's own forward passes them; the embedding, final norm and LM head run inside the model's
+own forward. To get at those pieces, the forward is run with the decoder layers swapped for
+stand-ins (under a lock, only for that call): a stand-in records the arguments its layer would
+get (position embeddings, masks: these depend only on the length T and are cached per T), hands
+back the residual it was given, and the last one can inject a residual from outside, so
+
+    embed(idx)   = the residual the model's forward hands layer 0
+    logits(x)    = the model's forward with the last layer's output replaced by x
+    run_layers() = the real layers called one by one with the recorded arguments
+
+The windows reach transformers' attention call through aah_core.hf.attention.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from aah_core.hf.attention import CURRENT, Captured, LayerCall
+from aah_core.hf.folder import HFTokenizer
+from aah_core.model_api import power_of_two_buckets
+
+LayerArgs = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+class _StandIn(nn.Module):
+    """Takes a decoder layer's place during one forward: records its call, passes the residual on."""
+
+    def __init__(self, index: int, calls: dict[int, LayerArgs], inputs: dict[int, torch.Tensor],
+                 output: torch.Tensor | None) -> None:
+        super().__init__()
+        self.index, self.calls, self.inputs, self.output = index, calls, inputs, output
+
+    def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        self.calls[self.index] = (args, kwargs)
+        self.inputs[self.index] = hidden_states
+        return hidden_states if self.output is None else self.output
+
+
+def _decoder_layers(model: nn.Module, n_layer: int) -> nn.ModuleList:
+    """The model's list of decoder layers: its one ModuleList of n_layer modules that own attention."""
+    found = [m for m in model.modules()
+             if isinstance(m, nn.ModuleList) and len(m) == n_layer and all(hasattr(x, "self_attn") or hasattr(x, "attn")
+                                                                           for x in m)]
+    if len(found) != 1:
+        raise ValueError(f"cannot find the decoder layers of {type(model).__name__} ({len(found)} candidates)")
+    return found[0]
+
+
+class HFWindowedLM(nn.Module):
+    """A transformers causal LM (loaded with attn_implementation=ATTN_IMPLEMENTATION) with a window plan."""
+
+    def __init__(self, model: nn.Module, tokenizer: HFTokenizer, plan: torch.Tensor, seq_len: int,
+                 folder: Path) -> None:
+        super().__init__()
+        self.hf = model.eval()
+        self.folder = folder
+        self.family = str(model.config.model_type)
+        self._tokenizer = tokenizer
+        self._seq_len = seq_len
+        self._n_layer = int(model.config.num_hidden_layers)
+        self._n_head = int(model.config.num_attention_heads)
+        self._vocab = int(model.config.vocab_size)
+        self.register_buffer("_plan", plan.clamp(max=seq_len).clone(), persistent=False)
+        self._decoder = (_decoder_layers(model, self._n_layer),)  # a tuple: not registered twice
+        self._layers = list(self._decoder[0])  # the real layers, whatever the list holds meanwhile
+        self._swap = threading.Lock()
+        self._calls: dict[int, list[LayerArgs]] = {}  # by T
+
+    # -- the interface's properties ---------------------------------------------------------
+
+    @property
+    def n_layer(self) -> int:
+        return self._n_layer
+
+    @property
+    def n_head(self) -> int:
+        return self._n_head
+
+    @property
+    def seq_len(self) -> int:
+        return self._seq_len
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab
+
+    @property
+    def plan(self) -> torch.Tensor:
+        return self._plan
+
+    @property
+    def buckets(self) -> list[int]:
+        return power_of_two_buckets(self._seq_len)
+
+    @property
+    def tokenizer(self) -> HFTokenizer:
+        return self._tokenizer
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.hf.parameters()).dtype
+
+    # -- running the model's own forward with stand-ins ------------------------------------------
+
+    def _own_forward(self, idx: torch.Tensor, output: torch.Tensor | None = None) -> tuple[Any, list[LayerArgs], torch.Tensor]:
+        """The model's forward on idx with stand-in layers: (its output, each layer's call, layer 0's input)."""
+        calls: dict[int, LayerArgs] = {}
+        inputs: dict[int, torch.Tensor] = {}
+        last = self._n_layer - 1
+        with self._swap, torch.no_grad():
+            decoder = self._decoder[0]
+            for i in range(self._n_layer):
+                decoder[i] = _StandIn(i, calls, inputs, output if i == last else None)
+            try:
+                out = self.hf(input_ids=idx, use_cache=False)
+            finally:
+                for i, layer in enumerate(self._layers):
+                    decoder[i] = layer
+        return out, [calls[i] for i in range(self._n_layer)], inputs[0]
+
+    def _layer_calls(self, T: int) -> list[LayerArgs]:
+        """The arguments each layer gets at length T (position embeddings, masks), recorded once per T."""
+        if T not in self._calls:
+            dummy = torch.zeros(1, T, dtype=torch.long, device=self._plan.device)
+            self._calls[T] = self._own_forward(dummy)[1]
+        return self._calls[T]
+
+    # -- the interface's methods -------------------------------------------------------------------
+
+    def _check_length(self, T: int) -> None:
+        if T > self._seq_len:
+            raise ValueError(f"sequence length {T} exceeds this model's evaluation seq_len={self._seq_len}")
+
+    @torch.no_grad()
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        self._check_length(idx.shape[1])
+        _, calls, x = self._own_forward(idx)
+        self._calls.setdefault(idx.shape[1], calls)
+        return x
+
+    @torch.no_grad()
+    def run_layers(
+        self, x: torch.Tensor, plan: torch.Tensor, start: int = 0, end: int | None = None, backend: str = "auto",
+        residuals: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        self._check_length(x.shape[1])
+        calls = self._layer_calls(x.shape[1])
+        windows = plan.tolist()
+        for layer in range(start, self._n_layer if end is None else end):
+            if residuals is not None:
+                residuals.append(x)
+            args, kwargs = calls[layer]
+            token = CURRENT.set(LayerCall(tuple(windows[layer]), backend))
+            try:
+                out = self._layers[layer](x, *args, **kwargs)
+            finally:
+                CURRENT.reset(token)
+            x = out[0] if isinstance(out, tuple) else out
+        return x
+
+    @torch.no_grad()
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        dummy = torch.zeros(x.shape[:2], dtype=torch.long, device=x.device)
+        return self._own_forward(dummy, output=x)[0].logits
+
+    @torch.no_grad()
+    def queries_keys(self, x: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        args, kwargs = self._layer_calls(x.shape[1])[layer]
+        token = CURRENT.set(LayerCall((self._seq_len,) * self._n_head, capture=True))
+        try:
+            self._layers[layer](x, *args, **kwargs)
+        except Captured as got:
+            return got.q, got.k
+        finally:
+            CURRENT.reset(token)
+        raise RuntimeError(f"layer {layer} of {self.family} never called its attention function")
