@@ -21,6 +21,11 @@ def make_eval_batch(config: RunConfig, eval_set: str = "mixed", n_seq: int = 4) 
     return DataStream(config.data, config.model.seq_len).eval_batch(eval_set, n_seq)
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device a model's weights live on (batches are moved there before a forward)."""
+    return next(model.parameters()).device
+
+
 def _mean_loss(logits: torch.Tensor, targets: torch.Tensor) -> float:
     return float(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1))
 
@@ -29,6 +34,7 @@ def _mean_loss(logits: torch.Tensor, targets: torch.Tensor) -> float:
 def evaluate_loss(model: WindowedLM, batch: EvalBatch, plan: torch.Tensor | None = None, backend: str = "auto") -> float:
     """Mean cross-entropy over the batch's target tokens under `plan` (default: the model's own)."""
     plan = model.plan if plan is None else plan
+    batch = batch.to(model_device(model))
     logits = model.logits(model.run_layers(model.embed(batch.idx), plan, backend=backend))
     return _mean_loss(logits, batch.targets)
 
@@ -38,7 +44,7 @@ class PrefixCachedEvaluator:
 
     def __init__(self, model: WindowedLM, batch: EvalBatch, backend: str = "auto") -> None:
         self.model = model.eval()
-        self.batch = batch
+        self.batch = batch.to(model_device(model))
         self.backend = backend
         self._plan: torch.Tensor | None = None
         self._residuals: list[torch.Tensor] = []  # residual entering each layer under self._plan

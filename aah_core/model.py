@@ -43,12 +43,14 @@ class Rotary(nn.Module):
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
     def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """x: [B, H, T, D] at positions start .. start+T-1 -> same shape, rotated."""
+        """x: [B, H, T, D] at positions start .. start+T-1 -> same shape, rotated (in float32 at
+        least, cast back to x's dtype: bf16 angles would be off by ~1e-2)."""
         T = x.shape[-2]
-        cos, sin = self.cos[start : start + T].to(x.dtype), self.sin[start : start + T].to(x.dtype)
-        x1, x2 = x[..., 0::2], x[..., 1::2]  # (B, H, T, D/2) each
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))
+        cos, sin = self.cos[start : start + T].to(xf.dtype), self.sin[start : start + T].to(xf.dtype)
+        x1, x2 = xf[..., 0::2], xf[..., 1::2]  # (B, H, T, D/2) each
         rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, H, T, D/2, 2)
-        return rotated.flatten(-2)
+        return rotated.flatten(-2).to(x.dtype)
 
 
 class WindowedSelfAttention(nn.Module):

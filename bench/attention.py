@@ -55,6 +55,11 @@ def plans(T: int) -> dict[str, list[int]]:
     return out
 
 
+def selected(name: str, T: int, wanted: list[str] | None) -> bool:
+    """The --plans filter; `w=T/16` names the single window T/16 at every T."""
+    return not wanted or name in {n.replace("w=T/16", f"w={T // 16}") for n in wanted}
+
+
 def _timer(device: torch.device) -> Callable[[Callable[[], object]], float]:
     def run(fn: Callable[[], object]) -> float:
         if device.type == "cuda":
@@ -147,10 +152,13 @@ def run(args) -> dict:
     load_before = os.getloadavg()
     for T in args.T:
         compile_s[T] = warm_flex(T, args, device)
+        missing = [n for n in args.plans or [] if not any(selected(name, T, [n]) for name in plans(T))]
+        if missing:
+            raise SystemExit(f"bench.attention: no plan {missing} at T={T}; plans there: {list(plans(T))}")
         for name, windows in plans(T).items():
             plan = torch.tensor([windows])
             cov, tile = causal_coverage(plan, T), tile_coverage(plan, T)
-            if args.plans and name not in args.plans:
+            if not selected(name, T, args.plans):
                 continue
             for mode in args.modes:
                 chosen, skipped = backends_for(mode, name, T, args, device)
@@ -215,7 +223,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--T", type=int, nargs="+", help="sequence lengths (default 512 1024 2048 4096)")
     p.add_argument("--backends", nargs="+", default=["banded", "flex", "flash", "reference"])
-    p.add_argument("--plans", nargs="+", help="only these plan names (e.g. w=256 mix-cov0.32)")
+    p.add_argument("--plans", nargs="+", help="only these plan names (e.g. w=256 mix-cov0.32; w=T/16 at every T)")
     p.add_argument("--modes", nargs="+", default=["fwd", "fwd+bwd"], choices=["fwd", "fwd+bwd"])
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--warmup", type=int, default=2)

@@ -1,20 +1,72 @@
 #!/usr/bin/env bash
-# Attention on a CUDA machine: the GPU attention tests, then the benchmark table with flex
-# and flash added (float32: banded/flex; bfloat16: flash too, since flash kernels take
-# fp16/bf16 only). Results land in bench/results/attention-<gpu>[-bfloat16].json.
-# Usage: bench/gpu.sh [extra bench.attention args]   (PY=/path/to/python to choose the interpreter;
-# it needs a CUDA build of torch, so not the CPU-only .venv of `make setup`)
-set -euo pipefail
+# The GPU check, in three steps; each fits well inside one 10-minute device command:
+#   1  capability report: torch, GPU, every backend's status (flex: one tiny compiled call)
+#   2  the CUDA attention tests (parity with the float64 reference, gradients, auto's choice)
+#   3  a short attention benchmark per dtype (float32, bfloat16) for the mixed plan of causal
+#      coverage ~0.3 (mix-cov0.32) and the single window w=T/16, ratio to causal SDPA
+# Usage: bench/gpu.sh [--quick] [--dry-run] [--step N]...
+#   --quick    T in {1024, 4096}, 3 timed runs (about 6 minutes of GPU time for all three steps)
+#              instead of T in {1024, 4096, 16384}, 7 runs
+#   --step N   only step N (repeatable); default 1 2 3
+#   --dry-run  every step on this machine's CPU at toy sizes: checks the commands, paths and
+#              arguments, so that a GPU run can fail on nothing but the GPU
+# Results go to $OUT when it is set (the device machine's output folder), else bench/results/:
+#   gpu-report[-dry-run].json, gpu-tests[-dry-run].log, attention-gpu-<dtype>[-dry-run].json
+# PY chooses the interpreter (default python3: the GPU machine has no `python`). A failing step is
+# reported and the next one still runs; the exit status is 1 if any step failed.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-python}
-"$PY" - <<'PYEOF'
-import torch
-assert torch.cuda.is_available(), f"no CUDA device visible to torch {torch.__version__}"
-print("device:", torch.cuda.get_device_name(), "torch", torch.__version__)
-from aah_core.attention import backend_status
-print("backends on cuda:", {k: v or "ok" for k, v in backend_status("cuda").items()})
-PYEOF
-"$PY" -m pytest -q tests/core/test_attention.py tests/core/test_attention_flex.py
-T="1024 2048 4096 8192 16384"
-"$PY" -m bench.attention --device cuda --dtype float32 --T $T --runs 15 --warmup 3 "$@"
-"$PY" -m bench.attention --device cuda --dtype bfloat16 --T $T --runs 15 --warmup 3 "$@"
+PY=${PY:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+
+quick=0 dry=0 steps=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --dry-run) dry=1 ;;
+    --step) shift; case "${1:-}" in 1|2|3) steps+=("$1") ;; *) echo "gpu.sh: --step takes 1, 2 or 3" >&2; exit 2 ;; esac ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "gpu.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ ${#steps[@]} -gt 0 ] || steps=(1 2 3)
+
+results=${OUT:-bench/results}
+mkdir -p "$results"
+if [ $dry = 1 ]; then
+  device=cpu suffix=-dry-run limit=300
+  T=(1024) bench_args=(--runs 1 --warmup 0 --backends banded --modes fwd)
+  test_args=(--collect-only -q)
+else
+  device=cuda suffix="" limit=540
+  if [ $quick = 1 ]; then T=(1024 4096) bench_args=(--runs 3 --warmup 1); else T=(1024 4096 16384) bench_args=(--runs 7 --warmup 2); fi
+  bench_args+=(--backends banded flex flash)
+  test_args=(-q -rs)
+fi
+
+step1() {
+  timeout $limit "$PY" -m bench.gpu_report --device $device --out "$results/gpu-report$suffix.json"
+}
+step2() {
+  timeout $limit "$PY" -m pytest "${test_args[@]}" -p no:cacheprovider \
+    tests/core/test_attention.py tests/core/test_attention_flex.py \
+    tests/core/test_attention_capabilities.py tests/core/test_device_consistency.py \
+    2>&1 | tee "$results/gpu-tests$suffix.log"
+}
+step3() {
+  local dtype rc=0
+  for dtype in float32 bfloat16; do
+    timeout $((limit / 2)) "$PY" -m bench.attention --device $device --dtype $dtype --T "${T[@]}" \
+      --plans mix-cov0.32 w=T/16 "${bench_args[@]}" --out "$results/attention-gpu-$dtype$suffix.json" || rc=1
+  done
+  return $rc
+}
+
+failed=()
+for s in "${steps[@]}"; do
+  echo "== step $s ($(date -u +%H:%M:%S))"
+  "step$s" || { echo "== step $s FAILED"; failed+=("$s"); }
+done
+if [ ${#failed[@]} -gt 0 ]; then echo "gpu.sh: failed steps: ${failed[*]}"; exit 1; fi
+echo "gpu.sh: all steps passed; results in $results"

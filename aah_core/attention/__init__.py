@@ -3,18 +3,22 @@
 Semantics (one definition everywhere): head h with window w lets query i attend keys j
 with i - w < j <= i. Backends are modules with NAME, SUPPORTS_GRAD, available(device)
 and attend(q, k, v, windows, dropout_p, scale); optionally supports_grad(device) (which
-then overrides SUPPORTS_GRAD) and check_inputs(device, dtype, dropout_p) -> reason or "".
+then overrides SUPPORTS_GRAD) and check_inputs(device, dtype, dropout_p, head_dim) -> reason or "".
 
 `auto` picks the fastest usable backend (bench/attention.py has the measurements):
 CPU -> banded (compiled flex is forward-only there, slower to start and not faster);
-CUDA -> flash, else flex, else banded, each only if it can take the dtype, the dropout
-and the gradient the call needs.
+CUDA -> flash, else flex, else banded, each only if it can take the dtype, the head dim,
+the dropout and the gradient the call needs. If the chosen kernel still refuses a call
+(flex past its recompile limit in a long-running server), `auto` runs it on banded and
+logs why once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from types import ModuleType
+
+import logging
 
 import torch
 
@@ -24,6 +28,8 @@ from aah_core.windows import check_head_windows
 
 BACKENDS: dict[str, ModuleType] = {m.NAME: m for m in (reference, banded, flex, flash)}
 AUTO_ORDER = {"cuda": ("flash", "flex", "banded")}  # every other device: banded
+logger = logging.getLogger(__name__)
+_fallbacks_logged: set[str] = set()
 
 __all__ = ["windowed_attention", "available_backends", "backend_status", "resolve_backend", "BACKENDS"]
 
@@ -48,7 +54,12 @@ def supports_grad(mod: ModuleType, device: torch.device) -> bool:
 
 
 def _why_not(
-    mod: ModuleType, device: torch.device, needs_grad: bool, dtype: torch.dtype | None, dropout_p: float
+    mod: ModuleType,
+    device: torch.device,
+    needs_grad: bool,
+    dtype: torch.dtype | None,
+    dropout_p: float,
+    head_dim: int | None,
 ) -> str:
     ok, reason = mod.available(device)
     if not ok:
@@ -57,7 +68,7 @@ def _why_not(
         return f"forward-only on {device.type}; gradients were requested (use 'banded' or torch.no_grad())"
     check = getattr(mod, "check_inputs", None)
     if check is not None and dtype is not None:
-        return check(device, dtype, dropout_p)
+        return check(device, dtype, dropout_p, head_dim)
     return ""
 
 
@@ -67,17 +78,18 @@ def resolve_backend(
     needs_grad: bool,
     dtype: torch.dtype | None = None,
     dropout_p: float = 0.0,
+    head_dim: int | None = None,
 ) -> ModuleType:
     """The backend module for a name (or `auto`), or a BackendUnavailable saying why it can't run."""
     device = torch.device(device)
     if backend == "auto":
         for name in AUTO_ORDER.get(device.type, ("banded",)):
-            if not _why_not(BACKENDS[name], device, needs_grad, dtype, dropout_p):
+            if not _why_not(BACKENDS[name], device, needs_grad, dtype, dropout_p, head_dim):
                 return BACKENDS[name]
         return BACKENDS["banded"]
     if backend not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {backend!r}; choose one of {['auto', *BACKENDS]}")
-    reason = _why_not(BACKENDS[backend], device, needs_grad, dtype, dropout_p)
+    reason = _why_not(BACKENDS[backend], device, needs_grad, dtype, dropout_p, head_dim)
     if reason:
         raise BackendUnavailable(f"backend {backend!r}: {reason}")
     return BACKENDS[backend]
@@ -123,7 +135,15 @@ def windowed_attention(
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    mod = resolve_backend(backend, q.device, needs_grad, q.dtype, dropout_p)
-    return mod.attend(q, k, v, head_windows, dropout_p, scale)
+    mod = resolve_backend(backend, q.device, needs_grad, q.dtype, dropout_p, q.shape[-1])
+    try:
+        return mod.attend(q, k, v, head_windows, dropout_p, scale)
+    except BackendUnavailable as exc:
+        if backend != "auto" or mod is banded:
+            raise
+        if str(exc) not in _fallbacks_logged:
+            _fallbacks_logged.add(str(exc))
+            logger.warning("auto attention falls back to 'banded': %s", exc)
+        return banded.attend(q, k, v, head_windows, dropout_p, scale)
 
 

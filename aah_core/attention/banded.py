@@ -35,11 +35,6 @@ def supports_grad(device: torch.device) -> bool:
     return True
 
 
-def check_inputs(device: torch.device, dtype: torch.dtype, dropout_p: float) -> str:
-    """Reason this backend can't run such inputs, or "" (banded runs anything SDPA runs)."""
-    return ""
-
-
 @functools.lru_cache(maxsize=256)
 def buckets(windows: tuple[int, ...], T: int) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...] | None]:
     """Heads grouped by window, every window >= T merged into the full bucket T.

@@ -22,6 +22,7 @@ from aah_core.errors import BackendUnavailable
 
 NAME = "flash"
 SUPPORTS_GRAD = True  # on CUDA, the only device it runs on
+MAX_HEAD_DIM = 256  # FlashAttention-2 kernels: head dim a multiple of 8, at most 256
 
 
 @functools.cache
@@ -47,6 +48,9 @@ def available(device: torch.device) -> tuple[bool, str]:
         return False, "flash kernels run on CUDA only; this device is " + device.type
     if not torch.cuda.is_available():
         return False, "CUDA is not available"
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < (8, 0):
+        return False, f"flash kernels need an sm80+ GPU (Ampere or newer); this one is sm{major}{minor}"
     name, _, why = _provider()
     return (True, "") if name else (False, why)
 
@@ -55,10 +59,12 @@ def supports_grad(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def check_inputs(device: torch.device, dtype: torch.dtype, dropout_p: float) -> str:
+def check_inputs(device: torch.device, dtype: torch.dtype, dropout_p: float, head_dim: int | None = None) -> str:
     """Reason flash can't run such inputs, or ""."""
     if dtype not in (torch.float16, torch.bfloat16):
         return f"flash kernels take float16/bfloat16, not {dtype}; use 'flex' or 'banded' for {dtype}"
+    if head_dim is not None and (head_dim % 8 or head_dim > MAX_HEAD_DIM):
+        return f"flash kernels need a head dim that is a multiple of 8 and at most {MAX_HEAD_DIM}; got {head_dim}"
     if dropout_p > 0.0 and _provider()[0] != "flash_attn":
         return "torch's varlen_attn has no dropout; install flash_attn or use 'banded' to train with dropout"
     return ""
@@ -91,7 +97,7 @@ def attend(
 ) -> torch.Tensor:
     """q, k, v: [B, H, T, D] on CUDA, float16/bfloat16; windows: H ints >= 1. Returns [B, H, T, D]."""
     ok, why = available(q.device)
-    reason = why if not ok else check_inputs(q.device, q.dtype, dropout_p)
+    reason = why if not ok else check_inputs(q.device, q.dtype, dropout_p, q.shape[-1])
     if reason:
         raise BackendUnavailable(f"backend 'flash': {reason}")
     def bucket(qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, w: int) -> torch.Tensor:

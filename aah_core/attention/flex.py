@@ -39,7 +39,9 @@ def available(device: torch.device) -> tuple[bool, str]:
     except ImportError as exc:  # pragma: no cover - every supported torch has it
         return False, f"torch {torch.__version__} has no FlexAttention ({exc})"
     if device.type == "cuda":
-        return (True, "") if torch.cuda.is_available() else (False, "CUDA is not available")
+        if not torch.cuda.is_available():
+            return False, "CUDA is not available"
+        return _cuda_support(device.index if device.index is not None else torch.cuda.current_device())
     if device.type != "cpu":
         return False, f"FlexAttention is not supported on {device.type}"
     return _cpu_support()
@@ -57,12 +59,32 @@ def _cpu_support() -> tuple[bool, str]:
     return True, ""
 
 
+@functools.cache
+def _cuda_support(index: int) -> tuple[bool, str]:
+    """One tiny compiled call, once per GPU: Triton needs a C compiler, Python headers and libcuda,
+    and a machine that lacks one fails here instead of in the middle of a training run."""
+    try:
+        compiled = _probe(torch.device("cuda", index))
+    except Exception as exc:  # any compile or launch failure means: not usable here
+        first_line = (str(exc).strip().splitlines() or [""])[0][:200]
+        return False, f"a tiny compiled FlexAttention call failed on cuda:{index} ({exc.__class__.__name__}: {first_line})"
+    if not compiled:
+        return False, f"torch.compile ran FlexAttention eagerly on cuda:{index} (dense fallback)"
+    return True, ""
+
+
+def _probe(device: torch.device) -> bool:
+    """Compile and run one tiny call on `device`; True when it ran compiled."""
+    q = torch.randn(1, 1, BLOCK, 16, device=device)
+    return bool(_compiled()(q, q, q, block_mask((BLOCK,), BLOCK, device), None)[1])
+
+
 def supports_grad(device: torch.device) -> bool:
     """FlexAttention's backward is lowered for CUDA only."""
     return device.type == "cuda"
 
 
-def check_inputs(device: torch.device, dtype: torch.dtype, dropout_p: float) -> str:
+def check_inputs(device: torch.device, dtype: torch.dtype, dropout_p: float, head_dim: int | None = None) -> str:
     """Reason flex can't run such inputs, or ""."""
     if dropout_p > 0.0:
         return "FlexAttention has no attention dropout; use 'banded' (or 'flash' on CUDA) for dropout"
@@ -119,8 +141,14 @@ def attend(
         )
     T = q.shape[-2]
     mask = block_mask(tuple(min(w, T) for w in windows), T, q.device)
-    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
-        out, compiled = _compiled()(q, k, v, mask, scale)
+    try:
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
+            out, compiled = _compiled()(q, k, v, mask, scale)
+    except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
+        raise BackendUnavailable(
+            f"backend 'flex': this process already compiled {RECOMPILE_LIMIT} input shapes (the recompile limit); "
+            "use 'banded' for new shapes"
+        ) from exc
     if not compiled:
         stats["eager_calls"] += 1
         raise BackendUnavailable("backend 'flex': torch.compile fell back to eager FlexAttention (dense)")

@@ -24,6 +24,13 @@ class EvalBatch:
     targets: torch.Tensor  # [B, T], -1 = ignored
     kinds: list[str]  # "text" | "copy" | "recall" per row
 
+    def to(self, device: torch.device | str) -> "EvalBatch":
+        """The same batch with its tensors on `device` (the batch itself when already there)."""
+        device = torch.device(device)
+        if self.idx.device == device:
+            return self
+        return EvalBatch(self.idx.to(device), self.targets.to(device), self.kinds)
+
 
 class DataStream:
     """Training batches (seeded, per rank) and fixed evaluation batches for one data config."""
