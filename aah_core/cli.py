@@ -29,14 +29,15 @@ def _parse_sets(pairs: list[str]) -> dict[str, str]:
 def cmd_train(args: argparse.Namespace) -> int:
     from aah_core.config import apply_overrides
     from aah_core.presets import get_preset
-    from aah_core.train import JsonlSink, ProgressBar, train
+    from aah_core.train import JsonlSink, PlanJsonlSink, ProgressBar, train
 
     config = apply_overrides(get_preset(args.preset), _parse_sets(args.set))
     out = Path(args.out or f"runs/{config.preset}")
-    metrics = out.parent / f"{out.name}.metrics.jsonl"
+    metrics, plans = (out.parent / f"{out.name}.{kind}.jsonl" for kind in ("metrics", "plans"))
     if args.resume is None:
-        metrics.unlink(missing_ok=True)  # a new run starts a new history; a resumed one appends
-    callbacks = [JsonlSink(metrics)]
+        for history in (metrics, plans):
+            history.unlink(missing_ok=True)  # a new run starts a new history; a resumed one appends
+    callbacks = [JsonlSink(metrics), PlanJsonlSink(plans, config.model.seq_len)]
     if not args.quiet:
         callbacks.append(ProgressBar())
     result = train(config, out, callbacks, resume=args.resume)

@@ -23,7 +23,7 @@ import torch
 
 from aah_core.config import RunConfig, apply_overrides
 from aah_core.presets import get_preset
-from aah_core.train import Callback, train
+from aah_core.train import Callback, JsonlSink, PlanJsonlSink, train
 from aah_core.windows import causal_coverage
 
 PAPER_ROWS = ("baseline", "grouping_off", "full_adaptive", "shallow_freeze", "deep_practical_reuse")
@@ -89,7 +89,11 @@ def matched_window(cfg: RunConfig, coverage: float) -> int:
 def _train_one(cfg: RunConfig, out: Path) -> dict[str, Any]:
     meter = _Throughput()
     t0 = time.perf_counter()
-    result = train(cfg, out / "ckpt", [meter])
+    # the histories beside the checkpoint, as `aah train --out DIR` writes them (DIR.metrics.jsonl, DIR.plans.jsonl)
+    for name in ("ckpt.metrics.jsonl", "ckpt.plans.jsonl"):
+        (out / name).unlink(missing_ok=True)  # an interrupted run restarts from step 0
+    sinks = [JsonlSink(out / "ckpt.metrics.jsonl"), PlanJsonlSink(out / "ckpt.plans.jsonl", cfg.model.seq_len)]
+    result = train(cfg, out / "ckpt", [meter, *sinks])
     rates = meter.rates[5:] or meter.rates  # skip the first steps (allocator warm-up)
     m = result.metrics
     row = {k: m[k] for k in ("val_loss", "acr", "causal_coverage", "tile_coverage") if k in m}

@@ -24,7 +24,7 @@ from aah_core.controller import build_controller
 from aah_core.data import DataStream, copy_chance
 from aah_core.evaluate import evaluate_loss
 from aah_core.model import WindowedGPT
-from aah_core.windows import coverage_metrics, window_fractions
+from aah_core.windows import coverage_metrics, plan_to_json, window_fractions
 
 
 class Callback:
@@ -59,6 +59,20 @@ class JsonlSink(Callback):
 
 def _json_number(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+class PlanJsonlSink(Callback):
+    """Appends one JSON object per reported plan: {"step", "time", "windows": [[w or null, ...], ...]}."""
+
+    def __init__(self, path: str | Path, seq_len: int) -> None:
+        self.path = Path(path)
+        self.seq_len = seq_len
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def on_plan(self, step: int, plan: torch.Tensor) -> None:
+        row = {"step": step, "time": time.time(), "windows": plan_to_json(plan, self.seq_len)}
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
 
 
 class ProgressBar(Callback):
@@ -178,6 +192,7 @@ def train(
 
     status, error, step, last = "FINISHED", None, start_step, {}
     good_evals = 0
+    reported: torch.Tensor | None = None  # the last plan passed to on_plan
     try:
         for step in range(start_step, tcfg.max_steps):
             controller.on_step_start(step)
@@ -200,13 +215,16 @@ def train(
             elapsed = time.perf_counter() - t0
             done = step + 1
             last = {"train_loss": float(loss.detach()), "lr": lr, "tokens_per_s": x.numel() / elapsed, **controller.metrics()}
-            if done % tcfg.eval_every == 0 or done == tcfg.max_steps:
-                if rank == 0:
-                    last.update(evaluate_run(model, data, config))
-                    last.update(_plan_metrics(model, config))
-                    for cb in callbacks:
-                        cb.on_plan(done, model.plan.clone())
-                    good_evals = good_evals + 1 if _copy_solved(last, tcfg.stop_copy_below_chance) else 0
+            evaluating = done % tcfg.eval_every == 0 or done == tcfg.max_steps
+            if rank == 0 and (evaluating or reported is None or not torch.equal(reported, model.plan)):
+                # the plan this step trained under, at every eval and whenever the controller changed it
+                reported = model.plan.clone()
+                last.update(_plan_metrics(model, config))
+                for cb in callbacks:
+                    cb.on_plan(done, reported.clone())
+            if evaluating and rank == 0:
+                last.update(evaluate_run(model, data, config))
+                good_evals = good_evals + 1 if _copy_solved(last, tcfg.stop_copy_below_chance) else 0
             for cb in callbacks:
                 cb.on_metrics(done, last)
             if tcfg.checkpoint_every and done % tcfg.checkpoint_every == 0 and rank == 0:
