@@ -74,7 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Per-head context allocation: models, window plans, live evaluation, attention "
         "heatmaps, runs and training jobs. Contract: docs/api.md.",
         lifespan=lifespan,
-        # One check for every route: POST/PUT/DELETE need the bearer token when one is set.
+        # One check for every route: POST/PUT/PATCH/DELETE need the bearer token when one is set.
         dependencies=[Depends(require_token)],
     )
     app.state.settings = settings
@@ -83,7 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (health.router, models.router, presets.router, runs.router, views.router, windows.router):
         app.include_router(router, prefix=API_PREFIX)
     app.add_middleware(CORSMiddleware, allow_origins=settings.ui_origins, allow_credentials=False,
-                       allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"])
+                       allow_methods=["GET", "POST", "PATCH", "DELETE"], allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     return app
 

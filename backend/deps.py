@@ -45,7 +45,7 @@ def get_metrics_cache(request: Request) -> LruCache:
 
 
 def require_token(request: Request) -> None:
-    """When AAH_API_TOKEN is set, mutating requests (POST/PUT/DELETE) need 'Authorization: Bearer <token>'.
+    """When AAH_API_TOKEN is set, mutating requests (POST/PUT/PATCH/DELETE) need 'Authorization: Bearer <token>'.
 
     Installed once for the whole app; it reads the header itself so that read-only operations do
     not advertise an auth requirement (backend/openapi.py documents it on the mutating ones).

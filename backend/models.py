@@ -25,6 +25,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 RUN_STATUSES = ("SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED")
 ACTIVE_STATUSES = ("SCHEDULED", "RUNNING")
 SPECIAL_VALUES = ("nan", "inf", "-inf")
+# where a run came from: a job of this service, a tracked process elsewhere, an imported run folder,
+# the reproduction suite, the paper's reported numbers
+RUN_SOURCES = ("job", "tracked", "imported", "suite", "paper")
 
 
 class Base(DeclarativeBase):
@@ -44,8 +47,12 @@ class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (
         CheckConstraint(f"status IN {RUN_STATUSES!r}", name="ck_runs_status"),
+        CheckConstraint(f"source IN {RUN_SOURCES!r}", name="ck_runs_source"),
         Index("ix_runs_experiment_status", "experiment_id", "status"),
         Index("ix_runs_status", "status"),
+        Index("ix_runs_source", "source"),
+        Index("ix_runs_group_name", "group_name"),
+        Index("ux_runs_client_key", "client_key", unique=True),
         {"sqlite_autoincrement": True},  # ids are in links and saved views: never reuse one
     )
 
@@ -67,6 +74,20 @@ class Run(Base):
     error: Mapped[str | None] = mapped_column(Text)
     read_only: Mapped[bool] = mapped_column(Boolean, default=False)
     pid: Mapped[int | None] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(String(16), default="job", server_default="job")
+    group_name: Mapped[str | None] = mapped_column(String(200))  # e.g. a suite row; seeds of one setting
+    seed: Mapped[int | None] = mapped_column(Integer)
+    description: Mapped[str | None] = mapped_column(Text)
+    notes: Mapped[str | None] = mapped_column(Text)
+    client_key: Mapped[str | None] = mapped_column(String(128))  # makes tracked/imported creation idempotent
+
+
+class RunTag(Base):
+    __tablename__ = "run_tags"
+    __table_args__ = (Index("ix_run_tags_tag", "tag"),)
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String(64), primary_key=True)
 
 
 class Param(Base):

@@ -29,6 +29,10 @@ _METHODS = {
     "Deep practical reuse": ("deep_reuse", "aa92c47"),
 }
 
+# variant -> the matching row of our reproduction suite (aah_core/suite.py): the run's group
+SUITE_ROW = {"pure": "baseline", "grouping_off": "grouping_off", "full_adaptive": "full_adaptive",
+             "shallow_freeze": "shallow_freeze", "deep_reuse": "deep_practical_reuse"}
+
 # Table 1: val_loss, val_ppl, acr (training), flops_ratio, train tok/s, peak GiB, fractions, final train loss,
 # mean ACR after warm-up.
 _TABLE1 = {
@@ -93,6 +97,7 @@ def seed_paper_reference(s: Session) -> bool:
     ts = now_ms() / 1000
     for name, params, metrics in paper_runs():
         run_id = create_run(s, name=name, experiment=EXPERIMENT, status="FINISHED", params=params,
-                            read_only=True, seq_len=4096)
+                            read_only=True, seq_len=4096, source="paper", group=SUITE_ROW[params["variant"]],
+                            seed=int(params["seed"]))
         log_metrics(s, run_id, [(k, STEP, float(v), ts) for k, v in metrics.items()])
     return True

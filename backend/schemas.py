@@ -21,6 +21,7 @@ EvalSet = Literal["mixed", "text", "copy"]
 DbId = Annotated[int, Field(ge=1, le=2**62)]
 DbStep = Annotated[int, Field(ge=0, le=2**62)]
 RunStatus = Literal["SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"]
+RunSource = Literal["job", "tracked", "imported", "suite", "paper"]
 MAX_VIEW_STATE_BYTES = 64 * 1024
 
 
@@ -187,6 +188,12 @@ class RunPublic(Response):
     checkpoint: str | None
     data_hash: str | None
     git_rev: str | None
+    source: RunSource = "job"
+    group: str | None = None
+    seed: int | None = None
+    description: str | None = None
+    notes: str | None = None
+    tags: list[str] = Field(default_factory=list)
 
 
 class MetricSeries(Response):
@@ -218,6 +225,30 @@ class RunCreate(Request):
                                                                                  max_length=100)
     name: str | None = Field(None, max_length=200)
     experiment: str | None = Field(None, max_length=200)
+
+
+def _check_tag(tag: str) -> str:
+    tag = tag.strip()
+    if not tag or len(tag) > 64 or "," in tag or not tag.isprintable():
+        raise ValueError(f"tag {tag[:70]!r}: 1-64 printable characters, no comma")
+    return tag
+
+
+Tag = Annotated[str, Field(max_length=200)]
+
+
+class RunUpdate(Request):
+    """PATCH /runs/{id}: the editable identity of a run; omitted fields stay as they are."""
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    description: str | None = Field(None, max_length=10_000)
+    notes: str | None = Field(None, max_length=100_000)
+    tags: list[Tag] | None = Field(None, max_length=50, description="replaces the run's tags")
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else list(dict.fromkeys(_check_tag(t) for t in value))
 
 
 class CompareRequest(Request):

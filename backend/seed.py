@@ -103,7 +103,8 @@ def seed_demo(s: Session, settings: Settings) -> bool:
         s, name="demo model (shipped)", experiment=DEMO_EXPERIMENT, status="FINISHED",
         preset=info.config.preset, params=store.flatten_params(config), config=config,
         seq_len=seq_len, checkpoint=relative, data_hash=meta.get("data_hash"),
-        git_rev=meta.get("git_rev"), total_steps=info.config.train.max_steps,
+        git_rev=meta.get("git_rev"), total_steps=info.config.train.max_steps, source="imported",
+        seed=info.config.train.seed, description="The shipped demo checkpoint (make demo-model).",
     )
     stamps = [row[3] for row in history if row[3] > 0]
     store.update_run(s, run_id, progress_step=last_step,

@@ -24,7 +24,7 @@ class Settings(BaseSettings):
 
     data_dir: Path = Field(Path("./data"), description="SQLite store, checkpoints and job outputs live here.")
     api_token: SecretStr | None = Field(
-        None, description="When set, POST/PUT/DELETE need 'Authorization: Bearer <token>'. "
+        None, description="When set, POST/PUT/PATCH/DELETE need 'Authorization: Bearer <token>'. "
         "Set it whenever the port is reachable by anyone else."
     )
     ui_origin: str = Field(

@@ -19,7 +19,7 @@ from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.orm import Session
 
 from backend.errors import Conflict, NotFound
-from backend.models import ACTIVE_STATUSES, Experiment, LatestMetric, Metric, Param, Run, WindowAssignment
+from backend.models import ACTIVE_STATUSES, Experiment, LatestMetric, Metric, Param, Run, RunTag, WindowAssignment
 from backend.schemas import MetricSeries, Progress, RunPublic
 
 MetricRow = tuple[str, int, float, float]  # key, step, value, timestamp (epoch seconds)
@@ -59,15 +59,19 @@ def ensure_experiment(s: Session, name: str, read_only: bool = False) -> int:
 def create_run(s: Session, *, name: str, experiment: str, status: str = "SCHEDULED", preset: str | None = None,
                params: dict[str, str] | None = None, config: dict | None = None, read_only: bool = False,
                seq_len: int | None = None, total_steps: int | None = None, checkpoint: str | None = None,
-               data_hash: str | None = None, git_rev: str | None = None) -> int:
+               data_hash: str | None = None, git_rev: str | None = None, source: str = "job",
+               group: str | None = None, seed: int | None = None, description: str | None = None,
+               client_key: str | None = None, tags: Sequence[str] = ()) -> int:
     run = Run(name=name, experiment_id=ensure_experiment(s, experiment, read_only=read_only), status=status,
               preset=preset, config_json=None if config is None else json.dumps(config), read_only=read_only,
               seq_len=seq_len, total_steps=total_steps, checkpoint=checkpoint, data_hash=data_hash,
-              git_rev=git_rev, created_at=now_ms())
+              git_rev=git_rev, created_at=now_ms(), source=source, group_name=group, seed=seed,
+              description=description, client_key=client_key)
     s.add(run)
     s.flush()
     if params:
         log_params(s, run.id, params)
+    s.add_all(RunTag(run_id=run.id, tag=tag) for tag in dict.fromkeys(tags))
     return run.id
 
 
@@ -98,6 +102,10 @@ def runs_public(s: Session, run_ids: Sequence[int]) -> list[RunPublic]:
                                         .where(Param.run_id.in_(run_ids))):
         params[run_id][key] = value
     summary = latest_values(s, run_ids)
+    tags: dict[int, list[str]] = defaultdict(list)
+    for run_id, tag in s.execute(select(RunTag.run_id, RunTag.tag).where(RunTag.run_id.in_(run_ids))
+                                 .order_by(RunTag.tag)):
+        tags[run_id].append(tag)
     out = []
     for run_id in run_ids:
         if run_id not in by_id:
@@ -111,6 +119,8 @@ def runs_public(s: Session, run_ids: Sequence[int]) -> list[RunPublic]:
             params=params[run_id], summary=summary.get(run_id, {}), created_at=iso(run.created_at),
             started_at=iso(run.started_at), ended_at=iso(run.ended_at), progress=progress, error=run.error,
             read_only=run.read_only, checkpoint=run.checkpoint, data_hash=run.data_hash, git_rev=run.git_rev,
+            source=run.source, group=run.group_name, seed=run.seed, description=run.description, notes=run.notes,
+            tags=tags[run_id],
         ))
     return out
 
@@ -120,14 +130,16 @@ def get_run(s: Session, run_id: int) -> RunPublic:
 
 
 def list_runs(s: Session, *, experiment: str | None = None, preset: str | None = None,
-              status: str | None = None, limit: int = 100, offset: int = 0) -> list[RunPublic]:
+              status: str | None = None, source: str | None = None, group: str | None = None,
+              tag: str | None = None, limit: int = 100, offset: int = 0) -> list[RunPublic]:
     query = select(Run.id).join(Experiment)
     if experiment is not None:
         query = query.where(Experiment.name == experiment)
-    if preset is not None:
-        query = query.where(Run.preset == preset)
-    if status is not None:
-        query = query.where(Run.status == status)
+    for column, value in ((Run.preset, preset), (Run.status, status), (Run.source, source), (Run.group_name, group)):
+        if value is not None:
+            query = query.where(column == value)
+    if tag is not None:
+        query = query.where(Run.id.in_(select(RunTag.run_id).where(RunTag.tag == tag)))
     ids = list(s.scalars(query.order_by(Run.id.desc()).limit(limit).offset(offset)))
     return runs_public(s, ids)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -13,6 +13,7 @@ from backend.db import transaction
 from backend.deps import JobsDep, MetricsCacheDep, SessionDep
 from backend.services.cache import LruCache
 from backend.errors import InvalidInput
+from backend.identity import update_identity
 from backend.schemas import (
     CompareRequest,
     CompareResponse,
@@ -20,6 +21,9 @@ from backend.schemas import (
     MetricsResponse,
     RunCreate,
     RunPublic,
+    RunSource,
+    RunStatus,
+    RunUpdate,
     RunWindowsResponse,
     SeriesXY,
 )
@@ -35,19 +39,28 @@ def read_runs(
     session: SessionDep,
     experiment: Annotated[str | None, Query(max_length=200)] = None,
     preset: Annotated[str | None, Query(max_length=100)] = None,
-    status: Literal["SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"] | None = None,
+    status: RunStatus | None = None,
+    source: RunSource | None = None,
+    group: Annotated[str | None, Query(max_length=200)] = None,
+    tag: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
 ) -> list[RunPublic]:
-    """Runs, newest first, filtered by experiment name, preset and status."""
-    return store.list_runs(session, experiment=experiment, preset=preset, status=status, limit=limit,
-                           offset=offset)
+    """Runs, newest first, filtered by experiment name, preset, status, source, group and tag."""
+    return store.list_runs(session, experiment=experiment, preset=preset, status=status, source=source,
+                           group=group, tag=tag, limit=limit, offset=offset)
 
 
 @router.get("/{run_id}")
 def read_run(session: SessionDep, run_id: RunId) -> RunPublic:
     """One run: params, status, progress, latest value per metric."""
     return store.get_run(session, run_id)
+
+
+@router.patch("/{run_id}")
+def update_run(session: SessionDep, run_id: RunId, body: RunUpdate) -> RunPublic:
+    """Edit a run's name, description, notes or tags (tags are replaced as a whole)."""
+    return update_identity(session, run_id, body)
 
 
 def _parse_keys(keys: str | None) -> list[str] | None:

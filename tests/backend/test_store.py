@@ -10,6 +10,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import delete, func, select, text
 
 from backend import store
@@ -46,24 +47,33 @@ def test_upgrade_is_idempotent(tmp_path):
     upgrade(engine)
     upgrade(engine)
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == head
     engine.dispose()
 
 
 def test_upgrading_an_old_store_keeps_every_row(tmp_path):
-    """Rebuilding runs (0002) must not cascade into params, metrics or plans."""
+    """Rebuilding runs (0002, 0003) must not cascade into params, metrics or plans.
+
+    The rows are written with SQL of the 0001 schema: today's ORM models have columns that
+    the old tables lack."""
     engine = make_engine(tmp_path / "aah.db")
     config = alembic_config()
     with engine.begin() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "0001")
+        conn.execute(text("INSERT INTO experiments (id, name, read_only, created_at) VALUES (1, 'e', 0, 0)"))
+        conn.execute(text("INSERT INTO runs (id, name, experiment_id, status, created_at, read_only) "
+                          "VALUES (1, 'old', 1, 'FINISHED', 0, 0)"))
+        conn.execute(text("INSERT INTO params (run_id, key, value) VALUES (1, 'lr', '0.1')"))
+        conn.execute(text("INSERT INTO metrics (run_id, key, step, value, timestamp) VALUES (1, 'loss', 1, 2.0, 1.0)"))
+        conn.execute(text("INSERT INTO window_plans (run_id, step, layer, head, window) "
+                          "VALUES (1, 1, 0, 0, 4), (1, 1, 0, 1, NULL)"))
+    run_id = 1
+    upgrade(engine)
     sessions = make_session_factory(engine)
     with transaction(sessions) as s:
-        run_id = store.create_run(s, name="old", experiment="e", params={"lr": "0.1"})
-        store.log_metrics(s, run_id, [("loss", 1, 2.0, 1.0)])
-        store.log_plan(s, run_id, 1, [[4, None]])
-    upgrade(engine)
-    with transaction(sessions) as s:
+        assert store.get_run(s, run_id).source == "job"
         assert store.get_run(s, run_id).params == {"lr": "0.1"}
         assert store.read_metrics(s, run_id)["loss"].value == [2.0]
         assert store.read_plan(s, run_id).windows == [[4, None]]
