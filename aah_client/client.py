@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 Window = int | None
 Plan = list[list[Window]]
 """A window plan: one list per layer, one entry per head; `None` means full causal attention."""
+OWN_WINDOW = "own"
+"""`attention(window=OWN_WINDOW)` (the default): the head's own window in the model's plan."""
 
 Json = dict[str, Any]
 EvalSet = Literal["mixed", "text", "copy"]
@@ -166,14 +168,17 @@ class ApiClient:
         layer: int,
         head: int,
         text_id: str | None = None,
-        window: int | None = None,
+        window: Window | Literal["own"] = OWN_WINDOW,
         text: str | None = None,
     ) -> Json:
-        """One head's full and windowed attention maps (GET for bundled texts, POST for free text)."""
+        """One head's full and windowed attention maps (GET for bundled texts, POST for free text).
+
+        ``window``: "own" (the head's window in the model's plan), an int >= 1, or None (full)."""
         if text is not None:
             body = {"layer": layer, "head": head, "text": text, "text_id": None, "window": window}
             return self._post(f"/models/{model_id}/attention", body)
-        return self._get(f"/models/{model_id}/attention", layer=layer, head=head, text_id=text_id, window=window)
+        query = "full" if window is None else window  # a query string has no null
+        return self._get(f"/models/{model_id}/attention", layer=layer, head=head, text_id=text_id, window=query)
 
     def retained_mass(self, model_id: str, text_id: str | None = None) -> Json:
         return self._get(f"/models/{model_id}/retained-mass", text_id=text_id)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aah_core.errors import InvalidConfig
+from aah_core.windows import decode_window
 
 
 @dataclass
@@ -52,7 +53,7 @@ class ModelConfig:
     @property
     def bucket_windows(self) -> list[int]:
         """Buckets as integers, full written as seq_len."""
-        return [self.seq_len if b is None else b for b in self.buckets]
+        return [decode_window(b, self.seq_len, "model.buckets") for b in self.buckets]
 
 
 @dataclass

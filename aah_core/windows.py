@@ -4,6 +4,11 @@ For head h with window w_h (an integer >= 1), query i attends to keys j with
 ``i - w_h < j <= i``: the w_h most recent keys, itself included. ``w_h >= T`` is full
 causal attention. A plan is an integer tensor ``[n_layer, n_head]``; in JSON it is a
 list of lists where ``null`` means full.
+
+This module is the engine's plan type and its one JSON codec: `decode_window` / `validate_plan`
+read user or stored JSON (an int >= 1 or null; ints >= T are full) into the tensor form,
+`encode_window` / `plan_to_json` write it back with full as null. Every layer above converts
+through these four functions and nothing else.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import torch
 
 from aah_core.errors import InvalidWindowPlan
 
-JsonPlan = list[list[int | None]]
+JsonWindow = int | None
+JsonPlan = list[list[JsonWindow]]
 DEFAULT_TILE = 128
 
 
@@ -29,6 +35,17 @@ def _check_window(value: Any, where: str) -> int | None:
     if value < 1:
         raise InvalidWindowPlan(f"{where}: window {value} is invalid; use an integer >= 1 or null (full)")
     return value
+
+
+def decode_window(value: Any, seq_len: int, where: str = "window") -> int:
+    """One JSON window -> its engine form: null -> seq_len, ints clamped to seq_len; others refused."""
+    w = _check_window(value, where)
+    return seq_len if w is None else min(w, seq_len)
+
+
+def encode_window(window: int | None, seq_len: int) -> JsonWindow:
+    """One window -> JSON: full (null, or any value >= seq_len) is written as None."""
+    return None if window is None or int(window) >= seq_len else int(window)
 
 
 def validate_plan(raw: Any, n_layer: int, n_head: int, seq_len: int) -> torch.Tensor:
@@ -48,8 +65,7 @@ def validate_plan(raw: Any, n_layer: int, n_head: int, seq_len: int) -> torch.Te
         if not isinstance(row, (list, tuple)) or len(row) != n_head:
             got = len(row) if isinstance(row, (list, tuple)) else type(row).__name__
             raise InvalidWindowPlan(f"layer {layer}: expected {n_head} windows; got {got}")
-        windows = [_check_window(w, f"layer {layer}, head {h}") for h, w in enumerate(row)]
-        rows.append([seq_len if w is None else min(w, seq_len) for w in windows])
+        rows.append([decode_window(w, seq_len, f"layer {layer}, head {h}") for h, w in enumerate(row)])
     return torch.tensor(rows, dtype=torch.long)
 
 
@@ -60,13 +76,14 @@ def full_plan(n_layer: int, n_head: int, seq_len: int) -> torch.Tensor:
 
 def uniform_plan(n_layer: int, n_head: int, seq_len: int, window: int | None) -> torch.Tensor:
     """Every head gets the same window (None = full)."""
-    w = seq_len if window is None else min(_check_window(window, "uniform window"), seq_len)
+    w = decode_window(window, seq_len, "uniform window")
     return torch.full((n_layer, n_head), w, dtype=torch.long)
 
 
-def plan_to_json(plan: torch.Tensor, seq_len: int) -> JsonPlan:
-    """A plan as JSON: windows >= seq_len are written as None (full)."""
-    return [[None if int(w) >= seq_len else int(w) for w in row] for row in plan.tolist()]
+def plan_to_json(plan: torch.Tensor | Sequence[Sequence[int | None]], seq_len: int) -> JsonPlan:
+    """A plan (tensor, or nested lists that may already hold None) as JSON, full written as None."""
+    rows = plan.tolist() if isinstance(plan, torch.Tensor) else plan
+    return [[encode_window(w, seq_len) for w in row] for row in rows]
 
 
 def check_head_windows(windows: Sequence[int] | torch.Tensor, n_head: int) -> tuple[int, ...]:

@@ -16,6 +16,10 @@ Plan = Annotated[
     list[Annotated[list[Window | None], Field(max_length=1024)]],
     Field(description="per layer, per head: int >= 1 or null (full)", max_length=1024),
 ]
+OWN_WINDOW = "own"
+# /attention's window: "own" (the head's window in the model's own plan; the default), an int >= 1, or
+# null (full), the same null as in a plan.
+AttentionWindow = Window | Literal["own"] | None
 EvalSet = Literal["mixed", "text", "copy"]
 # Ids and steps are SQLite integers (64-bit signed): anything larger is a 422, not an overflow.
 DbId = Annotated[int, Field(ge=1, le=2**62)]
@@ -118,7 +122,8 @@ class AttentionRequest(Request):
     head: int = Field(ge=0, le=1024)
     text: str | None = Field(None, max_length=MAX_TEXT_CHARS)
     text_id: str | None = Field(None, max_length=64)
-    window: Window | None = None
+    window: AttentionWindow = Field(OWN_WINDOW, description='"own" (default): the head\'s own window; '
+                                    "an int >= 1; null: full causal attention")
 
 
 class AttentionResponse(Response):

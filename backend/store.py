@@ -18,6 +18,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.orm import Session
 
+from aah_core.windows import JsonPlan, plan_to_json
 from backend.errors import Conflict, NotFound
 from backend.models import ACTIVE_STATUSES, Experiment, LatestMetric, Metric, Param, Run, RunTag, WindowAssignment
 from backend.schemas import MetricSeries, Progress, RunPublic
@@ -328,11 +329,12 @@ def read_plan(s: Session, run_id: int, step: int | None = None) -> RunPlan:
                      .where(WindowAssignment.run_id == run_id, WindowAssignment.step == step)).all()
     n_layer = max(r[0] for r in rows) + 1
     n_head = max(r[1] for r in rows) + 1
-    plan: list[list[int | None]] = [[None] * n_head for _ in range(n_layer)]
+    plan: JsonPlan = [[None] * n_head for _ in range(n_layer)]
     seq_len = int(run.seq_len or json.loads(run.config_json or "{}").get("model", {}).get("seq_len", 0))
-    for layer, head, window in rows:  # full is written as null, whatever was stored
-        plan[layer][head] = None if window is None or (seq_len and window >= seq_len) else window
-    return RunPlan(steps, step, seq_len, plan)
+    for layer, head, window in rows:
+        plan[layer][head] = window
+    # full is written as null, whatever was stored (the engine's codec)
+    return RunPlan(steps, step, seq_len, plan_to_json(plan, seq_len) if seq_len else plan)
 
 
 def _brief(values: list[int], limit: int = 10) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from bench.common import percentiles, write_result
-from frontend.state import encode_plan, parse_window, window_label
+from frontend.plans import encode_plan, parse_window, window_label
 from tests.frontend import stack as S
 
 _CLICK = """([label]) => {

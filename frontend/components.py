@@ -10,7 +10,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from frontend import api, export
-from frontend import state as S
+from frontend import plans as P
+from frontend import url_state as U
 
 logger = logging.getLogger(__name__)
 PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
@@ -26,7 +27,7 @@ def key(page: str, name: str) -> str:
 def bind_state(page: str) -> dict[str, Any]:
     """Seed the page's widget keys from the URL (first render in this session) or the defaults,
     and return the current state. Widgets then use `key(page, name)` as their key."""
-    from_url = S.decode_state(page, {k: st.query_params[k] for k in st.query_params})
+    from_url = U.decode_state(page, {k: st.query_params[k] for k in st.query_params})
     seeded = st.session_state.setdefault("_seeded_pages", set())
     for name, value in from_url.items():
         if page not in seeded or key(page, name) not in st.session_state:
@@ -36,7 +37,7 @@ def bind_state(page: str) -> dict[str, Any]:
 
 
 def current_state(page: str) -> dict[str, Any]:
-    return {name: st.session_state.get(key(page, name), d) for name, d in S.defaults(page).items()}
+    return {name: st.session_state.get(key(page, name), d) for name, d in U.defaults(page).items()}
 
 
 def ensure_option(page: str, name: str, options: Sequence[Any]) -> None:
@@ -48,7 +49,7 @@ def ensure_option(page: str, name: str, options: Sequence[Any]) -> None:
 
 def publish(page: str, state: dict[str, Any] | None = None) -> None:
     """Write the page's state to the URL so the address bar is always a link to this view."""
-    encoded = S.encode_state(page, state if state is not None else current_state(page))
+    encoded = U.encode_state(page, state if state is not None else current_state(page))
     if {k: st.query_params[k] for k in st.query_params} != encoded:
         st.query_params.from_dict(encoded)
 
@@ -65,7 +66,7 @@ def app_base_url() -> str:
     if not m:
         return "http://127.0.0.1:8501"
     path = (m.group(2) or "").rstrip("/")
-    path = path.rsplit("/", 1)[0] if path.rsplit("/", 1)[-1] in S.PAGE_STATE else path
+    path = path.rsplit("/", 1)[0] if path.rsplit("/", 1)[-1] in U.PAGE_STATE else path
     return m.group(1) + path
 
 
@@ -89,7 +90,7 @@ def metric_badges(result: dict) -> None:
     cols[4].metric("causal_coverage", f"{result['causal_coverage']:.3f}",
                    help="attended (query, key) pairs / full causal pairs")
     cached = " (served from cache)" if result.get("cached") else ""
-    plan = S.encode_plan(result["windows"]) if result.get("windows") else "?"
+    plan = P.encode_plan(result["windows"]) if result.get("windows") else "?"
     st.caption(f"server time {result.get('elapsed_ms', float('nan')):.0f} ms{cached} · "
                f"eval set {result.get('eval_set', '?')} · tile_coverage {result.get('tile_coverage', float('nan')):.3f}"
                f" · evaluated plan {plan}")
@@ -105,14 +106,14 @@ def placeholder(text: str) -> None:
 def share_bar(page: str, state: dict[str, Any], section: Callable[[], export.Section] | None) -> None:
     """Copy-link, save-as-view and export controls for the current view."""
     with st.expander("Share · save · export", expanded=False):
-        link = S.share_url(app_base_url(), page, state)
+        link = U.share_url(app_base_url(), page, state)
         st.caption("Link to exactly this view (copy with the icon at the right):")
         st.code(link, language=None)
         c1, c2 = st.columns([3, 1])
         name = c1.text_input("View name", key=f"{page}._viewname", placeholder="e.g. layer 2 all at 16")
         if c2.button("Save view", key=f"{page}._saveview", disabled=not name.strip()):
             with api.guard("saving the view"):
-                view = api.call("create_view", name.strip(), page, S.encode_state(page, state))
+                view = api.call("create_view", name.strip(), page, U.encode_state(page, state))
                 st.success(f"Saved view #{view['id']} “{view['name']}”; step through saved views on Present.")
         if section is None:
             return

@@ -9,18 +9,19 @@ from typing import Any
 import streamlit as st
 
 from frontend import api, components as C, figures as F, views
-from frontend import state as S
+from frontend import history as H
+from frontend import plans as P
 
 PAGE = "editor"
 PRESETS = ["model's own plan", "all full", "uniform window", "k full heads per layer",
            "budgeted allocation", "controller's plan (training run)"]
 
 
-def history(model: dict, own: list, url_plan: list) -> S.PlanHistory:
+def history(model: dict, own: list, url_plan: list) -> H.PlanHistory:
     """The edit history for this model in this session (created from the URL's plan on first use)."""
     k = f"editor._hist.{model['id']}"
     if k not in st.session_state:
-        hist = S.PlanHistory(base=own)
+        hist = H.PlanHistory(base=own)
         hist.push(url_plan)
         st.session_state[k] = hist
     return st.session_state[k]
@@ -29,17 +30,17 @@ def history(model: dict, own: list, url_plan: list) -> S.PlanHistory:
 def labels(model: dict, plan: list) -> list[str]:
     """Bucket labels offered for a cell: the model's buckets plus any window already in the plan."""
     ws = set(model.get("buckets") or []) | {w for row in plan for w in row}
-    return [S.window_label(w) for w in sorted((w for w in ws if w is not None))] + [S.FULL]
+    return [P.window_label(w) for w in sorted((w for w in ws if w is not None))] + [P.FULL]
 
 
-def _commit(hist: S.PlanHistory, plan: list) -> None:
-    hist.push(S.normalize_plan(plan))
+def _commit(hist: H.PlanHistory, plan: list) -> None:
+    hist.push(P.normalize_plan(plan))
 
 
-def _on_cell(hist: S.PlanHistory, wkey: str, layer: int, head: int) -> None:
+def _on_cell(hist: H.PlanHistory, wkey: str, layer: int, head: int) -> None:
     label = st.session_state.get(wkey)
     if label is not None:
-        _commit(hist, S.set_cell(hist.current, layer, head, S.parse_window(label)))
+        _commit(hist, P.set_cell(hist.current, layer, head, P.parse_window(label)))
 
 
 def _on_grid_click(gkey: str) -> None:
@@ -50,11 +51,11 @@ def _on_grid_click(gkey: str) -> None:
         st.session_state[C.key(PAGE, "head")] = int(points[0]["x"])
 
 
-def _on_table(hist: S.PlanHistory, tkey: str) -> None:
-    _commit(hist, S.apply_table_edits(hist.current, (st.session_state.get(tkey) or {}).get("edited_rows", {})))
+def _on_table(hist: H.PlanHistory, tkey: str) -> None:
+    _commit(hist, P.apply_table_edits(hist.current, (st.session_state.get(tkey) or {}).get("edited_rows", {})))
 
 
-def cell_editor(model: dict, hist: S.PlanHistory) -> None:
+def cell_editor(model: dict, hist: H.PlanHistory) -> None:
     """Pick a head (or click it in the grid) and choose its window."""
     n_layer, n_head = model["n_layer"], model["n_head"]
     C.ensure_option(PAGE, "layer", list(range(n_layer)))
@@ -62,27 +63,27 @@ def cell_editor(model: dict, hist: S.PlanHistory) -> None:
     c1, c2, c3 = st.columns([1, 1, 6])
     layer = c1.selectbox("Layer", list(range(n_layer)), key=C.key(PAGE, "layer"))
     head = c2.selectbox("Head", list(range(n_head)), key=C.key(PAGE, "head"))
-    current = S.window_label(hist.current[layer][head])
+    current = P.window_label(hist.current[layer][head])
     wkey = f"editor._cell.{hist.version}.{layer}.{head}"
     c3.pills(f"Window of layer {layer}, head {head}", labels(model, hist.current), default=current,
              key=wkey, on_change=_on_cell, args=(hist, wkey, layer, head))
 
 
-def bulk_editor(model: dict, hist: S.PlanHistory) -> None:
+def bulk_editor(model: dict, hist: H.PlanHistory) -> None:
     """Set a whole layer or a whole head index at once."""
     opts = labels(model, hist.current)
     c1, c2, c3, c4 = st.columns([1, 1, 1, 1])
     layer = c1.selectbox("Whole layer", list(range(model["n_layer"])), key="editor._bulk_layer")
     w = c2.selectbox("to window", opts, key="editor._bulk_lw")
     if c2.button("Set layer", key="editor._set_layer"):
-        _commit(hist, S.set_layer(hist.current, layer, S.parse_window(w)))
+        _commit(hist, P.set_layer(hist.current, layer, P.parse_window(w)))
     head = c3.selectbox("Whole head index", list(range(model["n_head"])), key="editor._bulk_head")
     wh = c4.selectbox("to window ", opts, key="editor._bulk_hw")
     if c4.button("Set head", key="editor._set_head"):
-        _commit(hist, S.set_head(hist.current, head, S.parse_window(wh)))
+        _commit(hist, P.set_head(hist.current, head, P.parse_window(wh)))
 
 
-def preset_editor(model: dict, own: list, hist: S.PlanHistory, metric: str) -> None:
+def preset_editor(model: dict, own: list, hist: H.PlanHistory, metric: str) -> None:
     opts = labels(model, hist.current)
     c1, c2, c3 = st.columns([2, 2, 1])
     choice = c1.selectbox("Preset", PRESETS, key="editor._preset")
@@ -105,11 +106,11 @@ def preset_plan(choice: str, model: dict, own: list, metric: str, params: dict) 
     if choice == "model's own plan":
         return own
     if choice == "all full":
-        return S.uniform(n_layer, n_head, None)
+        return P.uniform(n_layer, n_head, None)
     if choice == "uniform window":
-        return S.uniform(n_layer, n_head, S.parse_window(params["w"]))
+        return P.uniform(n_layer, n_head, P.parse_window(params["w"]))
     if choice == "k full heads per layer":
-        return S.k_full_per_layer(own, int(params["k"]), S.parse_window(params["w"]))
+        return P.k_full_per_layer(own, int(params["k"]), P.parse_window(params["w"]))
     if choice == "budgeted allocation":
         with st.spinner(f"Allocating windows at {metric} ≤ {params['budget']:.2f} (the server evaluates candidates)..."):
             res = api.call("allocate", model["id"], float(params["budget"]), metric=metric, eval_set=_eval_set())
@@ -131,7 +132,7 @@ def _curve_key(model_id: str, metric: str) -> str:
     return f"editor._curve.{model_id}.{_eval_set()}.{metric}"
 
 
-def history_buttons(hist: S.PlanHistory) -> None:
+def history_buttons(hist: H.PlanHistory) -> None:
     c1, c2, c3, c4 = st.columns([1, 1, 1, 4])
     if c1.button("↶ Undo", key="editor._undo", disabled=not hist.can_undo):
         hist.undo()
@@ -139,23 +140,23 @@ def history_buttons(hist: S.PlanHistory) -> None:
         hist.redo()
     if c3.button("Reset", key="editor._reset", help="back to the model's own plan (undoable)"):
         hist.reset()
-    n = sum(map(sum, S.changed_cells(hist.base, hist.current)))
+    n = sum(map(sum, P.changed_cells(hist.base, hist.current)))
     c4.caption(f"{n} head(s) differ from the model's own plan · step {hist.pos} of {len(hist.stack) - 1}")
 
 
-def grid(model: dict, hist: S.PlanHistory, layer: int, head: int) -> None:
+def grid(model: dict, hist: H.PlanHistory, layer: int, head: int) -> None:
     gkey = f"editor._grid.{hist.version}"
     st.caption("Window map: click a cell to pick that head · black: picked · red outline: changed vs own plan")
     fig = F.window_grid_figure(hist.current, model.get("buckets") or [], selected=(layer, head),
-                               changed=S.changed_cells(hist.base, hist.current), clickable=True)
+                               changed=P.changed_cells(hist.base, hist.current), clickable=True)
     C.show_figure(fig, gkey, on_select=functools.partial(_on_grid_click, gkey), selection_mode="points")
 
 
-def table_editor(model: dict, hist: S.PlanHistory) -> None:
+def table_editor(model: dict, hist: H.PlanHistory) -> None:
     import pandas as pd
 
     opts = labels(model, hist.current)
-    df = pd.DataFrame([[S.window_label(w) for w in row] for row in hist.current],
+    df = pd.DataFrame([[P.window_label(w) for w in row] for row in hist.current],
                       columns=[f"H{h}" for h in range(model["n_head"])],
                       index=[f"L{l}" for l in range(model["n_layer"])])
     tkey = f"editor._table.{hist.version}"

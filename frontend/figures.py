@@ -15,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from frontend.state import FULL, Plan, Window, window_label
+from frontend.plans import FULL, Plan, Window, window_label
 
 PROB_SCALE = "Blues"
 DIFF_SCALE = "RdBu"

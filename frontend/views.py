@@ -10,8 +10,11 @@ from typing import Any, Callable
 import pandas as pd
 import plotly.graph_objects as go
 
+from aah_client.client import OWN_WINDOW
 from frontend import api, figures as F
-from frontend import state as S
+from frontend import plans as P
+from frontend import run_table as R
+from frontend import url_state as U
 from frontend.export import Section
 
 COVERAGE_KEYS = ("acr", "causal_coverage", "tile_coverage")
@@ -31,8 +34,8 @@ def pick_model(model_id: str) -> dict:
 def plan_for(model: dict, encoded: str) -> tuple[list, list]:
     """(the plan from the URL text or the model's own plan, the model's own plan)."""
     own = api.cached("model_windows", model["id"])["windows"]
-    plan = S.decode_plan(encoded, model["n_layer"], model["n_head"])
-    return (S.normalize_plan(plan, model["seq_len"]) if plan else own), own
+    plan = P.decode_plan(encoded, model["n_layer"], model["n_head"])
+    return (P.normalize_plan(plan, model["seq_len"]) if plan else own), own
 
 
 def evaluate(model_id: str, plan: list, eval_set: str) -> dict:
@@ -55,12 +58,12 @@ def editor_section(state: dict) -> Section:
     plan, own = plan_for(model, state["plan"])
     result = evaluate(model["id"], plan, state["eval"])
     figs: dict[str, go.Figure] = {
-        "grid": F.window_grid_figure(plan, model.get("buckets", []), changed=S.changed_cells(own, plan),
+        "grid": F.window_grid_figure(plan, model.get("buckets", []), changed=P.changed_cells(own, plan),
                                      title="window plan (red outline: changed vs the model's own plan)")}
     if result.get("per_token"):
         figs["tokens"] = F.token_delta_figure(result["per_token"]["tokens"], result["per_token"]["delta"])
     lines = metric_lines(result) + [f"model {model['name']} · eval set {result['eval_set']}",
-                                    f"plan {S.encode_plan(plan)}"]
+                                    f"plan {P.encode_plan(plan)}"]
     return Section(f"Window editor: {model['name']}", figs, lines)
 
 
@@ -77,12 +80,9 @@ def run_points(metric: str) -> list[dict]:
 # -- attention ----------------------------------------------------------------------------------------
 
 
-def window_request(model: dict, choice: str) -> int | None:
-    """The `window` query value for a state choice: "own" -> None (server default), "full" -> seq_len."""
-    if choice in ("", "own"):
-        return None
-    w = S.parse_window(choice)
-    return model["seq_len"] if w is None else w
+def window_request(choice: str) -> int | str | None:
+    """The `window` argument of /attention for a state choice: "own", None (full) or an int."""
+    return OWN_WINDOW if choice in ("", OWN_WINDOW) else P.parse_window(choice)
 
 
 CUSTOM_TEXT = "own"  # the `text` state value meaning "the user's own text" (kept out of links)
@@ -92,7 +92,7 @@ def attention_data(state: dict, own_text: str | None = None) -> tuple[dict, dict
     """One head's maps on a bundled text, or on `own_text` when the state says so (POST /attention)."""
     model = pick_model(state["model"])
     texts = api.cached("model_texts", model["id"])
-    window = window_request(model, state["window"])
+    window = window_request(state["window"])
     if state["text"] == CUSTOM_TEXT and own_text:
         data = api.cached("attention", model["id"], state["layer"], state["head"], text=own_text, window=window)
         return model, data, texts
@@ -107,7 +107,7 @@ def attention_figures(data: dict) -> dict[str, go.Figure]:
     return {
         "full": F.attention_figure(data["full"], tokens, w, pool=pool, title=f"{head} full causal attention"),
         "windowed": F.attention_figure(data["windowed"], tokens, w, pool=pool,
-                                       title=f"{head} with window {S.window_label(w)}"),
+                                       title=f"{head} with window {P.window_label(w)}"),
         "diff": F.attention_diff_figure(data["full"], data["windowed"], tokens, pool=pool),
         "cut": F.cut_mass_figure(data["cut_mass"], tokens, pool=pool),
     }
@@ -117,7 +117,7 @@ def attention_section(state: dict) -> Section:
     model, data, _ = attention_data(state)
     cut = [c for c in data["cut_mass"] if c is not None]
     lines = [f"model {model['name']} · layer {data['layer']} head {data['head']} · window "
-             f"{S.window_label(data['window'])} · {data['n_tokens']} tokens (pool {data.get('pool', 1)})",
+             f"{P.window_label(data['window'])} · {data['n_tokens']} tokens (pool {data.get('pool', 1)})",
              f"mean attention mass cut off per query: {sum(cut) / max(len(cut), 1):.3f}"]
     return Section(f"Attention: layer {data['layer']}, head {data['head']}", attention_figures(data), lines)
 
@@ -210,7 +210,7 @@ def _fmt(v: Any) -> str:
 def runs_frame(runs: list[dict], all_params: bool) -> pd.DataFrame:
     """The runs table: identity, status, progress, key metrics, then params (only those that differ
     between the listed runs unless `all_params`)."""
-    keys = sorted({k for r in runs for k in (r.get("params") or {})}) if all_params else S.differing_params(runs)
+    keys = sorted({k for r in runs for k in (r.get("params") or {})}) if all_params else R.differing_params(runs)
     rows = []
     for r in runs:
         s, p, prog = r.get("summary") or {}, r.get("params") or {}, r.get("progress")
@@ -226,7 +226,7 @@ def runs_frame(runs: list[dict], all_params: bool) -> pd.DataFrame:
 def runs_section(state: dict) -> Section:
     runs = api.call("runs", experiment=state["experiment"] or None, preset=state["preset"] or None,
                     status=state["status"] or None, limit=500)
-    df = runs_frame(S.filter_runs(runs, state["q"]), state["allparams"])
+    df = runs_frame(R.filter_runs(runs, state["q"]), state["allparams"])
     table = go.Figure(go.Table(header=dict(values=list(df.columns)),
                                cells=dict(values=[df[c].astype(str).tolist() for c in df.columns])))
     return Section("Runs", {"table": table}, [f"{len(df)} runs"])
@@ -242,4 +242,4 @@ def build_section(page: str, state: dict) -> Section:
     """The Section for a saved view: its page and state (unknown fields ignored, missing defaulted)."""
     if page not in SECTIONS:
         raise ValueError(f"a view of page {page!r} cannot be shown; known pages: {', '.join(SECTIONS)}")
-    return SECTIONS[page](S.coerce_state(page, state))
+    return SECTIONS[page](U.coerce_state(page, state))

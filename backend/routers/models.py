@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Query
 from aah_core.windows import coverage_metrics, plan_to_json
 from backend.deps import RegistryDep
 from backend.schemas import (
+    OWN_WINDOW,
     AllocateRequest,
     AllocateResponse,
     AttentionRequest,
@@ -72,10 +73,13 @@ def read_attention(
     layer: Annotated[int, Query(ge=0, le=1024)] = 0,
     head: Annotated[int, Query(ge=0, le=1024)] = 0,
     text_id: TextId = None,
-    window: Annotated[int | None, Query(ge=1, le=2**31)] = None,
+    window: Annotated[str, Query(pattern=r"^(own|full|[1-9][0-9]{0,9})$",
+                                 description='"own" (default): the head\'s own window; "full"; or an int >= 1')]
+    = OWN_WINDOW,
 ) -> AttentionResponse:
     """One head's attention map on a bundled text, full and windowed, with the mass the window cuts."""
-    return analysis.attention(registry.get(model_id), layer, head, None, text_id, window)
+    chosen = window if window == OWN_WINDOW else None if window == "full" else int(window)
+    return analysis.attention(registry.get(model_id), layer, head, None, text_id, chosen)
 
 
 @router.post("/{model_id}/attention")

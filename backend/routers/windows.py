@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from aah_core.windows import plan_to_json
+from aah_core.windows import JsonPlan, plan_to_json
 from backend import store
 from backend.deps import RegistryDep, SessionDep
 from backend.errors import InvalidInput
 from backend.schemas import DiffRequest, DiffResponse, InlinePlanRef, ModelPlanRef, PlanRef
 
 router = APIRouter(prefix="/windows", tags=["windows"])
-
-JsonPlan = list[list[int | None]]
 
 
 def _resolve(ref: PlanRef, session: SessionDep, registry: RegistryDep) -> tuple[JsonPlan, int | None]:
@@ -27,9 +25,7 @@ def _resolve(ref: PlanRef, session: SessionDep, registry: RegistryDep) -> tuple[
 
 
 def _normalise(plan: JsonPlan, seq_len: int | None) -> JsonPlan:
-    if seq_len is None:
-        return plan
-    return [[None if w is None or w >= seq_len else w for w in row] for row in plan]
+    return plan if seq_len is None else plan_to_json(plan, seq_len)
 
 
 @router.post("/diff")

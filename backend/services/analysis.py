@@ -12,13 +12,15 @@ import torch
 
 from aah_core import diagnostics
 from aah_core.errors import InvalidWindowPlan
-from aah_core.windows import coverage_metrics, plan_to_json, validate_plan
+from aah_core.windows import coverage_metrics, decode_window, encode_window, plan_to_json, validate_plan
 from aah_core.evaluate import PrefixCachedEvaluator
 from backend.errors import InvalidInput, Unavailable
 from backend.schemas import (
     AllocateRequest,
     AllocateResponse,
+    OWN_WINDOW,
     AttentionResponse,
+    AttentionWindow,
     CurvePoint,
     EvaluateRequest,
     EvaluateResponse,
@@ -113,17 +115,17 @@ def _rows(m: torch.Tensor) -> list[list[float | None]]:
 
 
 def attention(lm: LoadedModel, layer: int, head: int, text: str | None, text_id: str | None,
-              window: int | None) -> AttentionResponse:
+              window: AttentionWindow) -> AttentionResponse:
+    """One head's maps under ``window``: "own" (the head's window in the model's plan), an int or None (full)."""
     _check_head(lm, layer, head)
     ids = _token_ids(lm, text, text_id)
     T = ids.shape[0]
-    own = int(lm.plan[layer, head])
-    w = own if window is None else min(int(window), lm.info.seq_len)
+    w = int(lm.plan[layer, head]) if window == OWN_WINDOW else decode_window(window, lm.info.seq_len)
     maps = diagnostics.head_attention(lm.model, ids.view(1, T), lm.plan, layer, head, w)  # read-only: no lock
     pool = diagnostics.pool_factor(T)
     labels = [lm.tokenizer.decode_token(int(t)) for t in ids.tolist()]
     return AttentionResponse(
-        layer=layer, head=head, window=None if w >= lm.info.seq_len else w, seq_len=lm.info.seq_len,
+        layer=layer, head=head, window=encode_window(w, lm.info.seq_len), seq_len=lm.info.seq_len,
         tokens=labels[::pool], full=_rows(diagnostics.pool_map(maps.full, pool)),
         windowed=_rows(diagnostics.pool_map(maps.windowed, pool)),
         cut_mass=diagnostics.pool_rows(maps.cut_mass, pool).tolist(), pool=pool, n_tokens=T,
@@ -131,9 +133,7 @@ def attention(lm: LoadedModel, layer: int, head: int, text: str | None, text_id:
 
 
 def _buckets(lm: LoadedModel) -> tuple[list[int], list[int | None]]:
-    T = lm.info.seq_len
-    windows = [T if b is None else min(b, T) for b in lm.info.buckets]
-    return windows, [None if w >= T else w for w in windows]
+    return [decode_window(b, lm.info.seq_len) for b in lm.info.buckets], lm.info.buckets
 
 
 def retained_mass(registry: Registry, lm: LoadedModel, text_id: str | None) -> RetainedMassResponse:

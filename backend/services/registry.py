@@ -22,6 +22,7 @@ from aah_core.checkpoint import CheckpointInfo, load_checkpoint, read_checkpoint
 from aah_core.data import DataStream, EvalBatch, Tokenizer
 from aah_core.errors import AAHError, CheckpointError
 from aah_core.evaluate import PrefixCachedEvaluator
+from aah_core.windows import encode_window
 from aah_core.model_api import WindowedLM
 from backend import catalog
 from backend.db import transaction
@@ -99,7 +100,7 @@ class LoadedModel:
 
 def _model_info(entry: catalog.CheckpointEntry, ckpt: CheckpointInfo) -> ModelInfo:
     m = ckpt.config.model
-    buckets = [None if b is None or b >= m.seq_len else b for b in m.buckets]
+    buckets = [encode_window(b, m.seq_len) for b in m.buckets]
     return ModelInfo(id=entry.id, name=entry.name, n_layer=m.n_layer, n_head=m.n_head, seq_len=m.seq_len,
                      preset=entry.preset or ckpt.config.preset, buckets=buckets, n_params=ckpt.n_params,
                      run_id=entry.run_id)

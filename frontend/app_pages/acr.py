@@ -4,7 +4,7 @@ window fractions, and the window map at any step."""
 import streamlit as st
 
 from frontend import api, components as C, figures as F, views
-from frontend import state as S
+from frontend import plans as P
 
 PAGE = "acr"
 st.title("ACR curves")
@@ -67,7 +67,7 @@ with api.guard("window map"):
     else:
         step = st.session_state[C.key(PAGE, "step")]
     wm = api.cached("run_windows", run_id, step=step)  # a stored step's plan never changes
-    changed = S.changed_cells(latest["windows"], wm["windows"])
+    changed = P.changed_cells(latest["windows"], wm["windows"])
     C.show_figure(F.window_grid_figure(wm["windows"], changed=changed,
                                        title=f"window map at step {wm['step']} (outlined: differs from the latest)"),
                   "acr._windows")

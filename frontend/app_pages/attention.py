@@ -6,7 +6,7 @@ import functools
 import streamlit as st
 
 from frontend import api, components as C, figures as F, views
-from frontend import state as S
+from frontend import plans as P
 
 PAGE = "attention"
 st.title("Attention")
@@ -38,10 +38,10 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
     layer = c3.selectbox("Layer", list(range(model["n_layer"])), key=C.key(PAGE, "layer"))
     head = c4.selectbox("Head", list(range(model["n_head"])), key=C.key(PAGE, "head"))
     own = api.cached("model_windows", model_id)["windows"]
-    choices = ["own"] + [S.window_label(b) for b in model.get("buckets") or [] if b is not None] + [S.FULL]
+    choices = ["own"] + [P.window_label(b) for b in model.get("buckets") or [] if b is not None] + [P.FULL]
     C.ensure_option(PAGE, "window", choices)
     c5.selectbox("Window", choices, key=C.key(PAGE, "window"),
-                 format_func=lambda c: f"own ({S.window_label(own[layer][head])})" if c == "own" else c)
+                 format_func=lambda c: f"own ({P.window_label(own[layer][head])})" if c == "own" else c)
     state = C.current_state(PAGE)
     C.publish(PAGE, state)
     own_text = None
@@ -63,7 +63,7 @@ with api.guard("attention maps"):
         _, data, _ = views.attention_data(state, own_text)
     figs = views.attention_figures(data)
     st.caption(f"{data['n_tokens']} tokens" + (f", average-pooled by {data['pool']}" if data.get("pool", 1) > 1 else "")
-               + f" · window {S.window_label(data['window'])} · rows = query, columns = key; "
+               + f" · window {P.window_label(data['window'])} · rows = query, columns = key; "
                "the orange staircase is the window's far edge (keys left of it are cut off).")
     left, right = st.columns(2)
     with left:
@@ -88,14 +88,14 @@ with api.guard("retained-mass curves"):
                                      title=f"L{layer}H{head}: mass within w keys")
         C.show_figure(fig, "attention._retained")
         st.caption(f"Smallest window keeping ≥ {tau:.2f} of the mass: "
-                   f"**{S.window_label(S.suggest_window(rm['buckets'], mass, tau))}** "
-                   f"(assigned: {S.window_label(own[layer][head])}).")
+                   f"**{P.window_label(P.suggest_window(rm['buckets'], mass, tau))}** "
+                   f"(assigned: {P.window_label(own[layer][head])}).")
 
 with api.guard("sensitivity sweep"):
     if st.toggle("Sensitivity sweep (Δloss when one head alone is shrunk)", value=False, key="attention._sens"):
         with st.spinner("Running the sweep on the server (one evaluation per head and window; cached after)..."):
             sens = api.cached("sensitivity", model_id)
-        labels = [S.window_label(b) for b in sens["buckets"]]
+        labels = [P.window_label(b) for b in sens["buckets"]]
         C.ensure_option(PAGE, "bucket", list(range(len(labels))))
         k = st.selectbox("Window for the sweep", list(range(len(labels))), format_func=labels.__getitem__,
                          key=C.key(PAGE, "bucket"))

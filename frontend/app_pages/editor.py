@@ -3,7 +3,7 @@
 import streamlit as st
 
 from frontend import api, components as C, editor_panel as E, figures as F, views
-from frontend import state as S
+from frontend import plans as P
 
 PAGE = "editor"
 st.title("Window editor")
@@ -38,7 +38,7 @@ def panel() -> None:
         E.preset_editor(model, own, hist, st.session_state[C.key(PAGE, "metric")])
         E.bulk_editor(model, hist)
     E.cell_editor(model, hist)
-    st.session_state[C.key(PAGE, "plan")] = "" if hist.current == own else S.encode_plan(hist.current)
+    st.session_state[C.key(PAGE, "plan")] = "" if hist.current == own else P.encode_plan(hist.current)
     live = C.current_state(PAGE)
     C.publish(PAGE, live)
     result = None

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from frontend import api, components as C, views
-from frontend import state as S
+from frontend import run_table as R
 
 PAGE = "runs"
 STATUSES = ["", "SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"]
@@ -29,7 +29,7 @@ with api.guard("loading runs"), st.spinner("Loading runs..."):
                     status=state["status"] or None, limit=500)
     if not state["paper"]:
         runs = [r for r in runs if not r.get("read_only")]
-    runs = S.filter_runs(runs, state["q"], max_loss or None, cov)
+    runs = R.filter_runs(runs, state["q"], max_loss or None, cov)
     if runs:
         st.dataframe(views.runs_frame(runs, state["allparams"]), hide_index=True, key="runs._table",
                      column_config={"val_loss": st.column_config.NumberColumn(format="%.4f"),
@@ -58,7 +58,7 @@ with st.expander("Launch a training run", expanded=False), api.guard("launching 
         submitted = st.form_submit_button("Launch")
     if submitted:
         try:
-            overrides = S.parse_overrides(text)
+            overrides = R.parse_overrides(text)
         except ValueError as exc:
             st.error(str(exc))
         else:

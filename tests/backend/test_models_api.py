@@ -141,11 +141,28 @@ def test_attention_with_window_and_posted_text(client):
     assert full.json()["window"] is None and full.json()["cut_mass"] == [0.0, 0.0, 0.0]
 
 
+def test_attention_asks_for_own_and_full_explicitly(client):
+    """null means full in a POST body, as in a plan; "own" (the default) is the head's window in the plan."""
+    where = {"layer": 1, "head": 0, "text_id": "text-1"}
+    own = client.get(f"{API}/models/demo/attention", params={**where, "window": "own"}).json()
+    assert own["window"] == 16 and own == client.get(f"{API}/models/demo/attention", params=where).json()
+    full = client.get(f"{API}/models/demo/attention", params={**where, "window": "full"}).json()
+    assert full["window"] is None and set(full["cut_mass"]) == {0.0} and full["windowed"] == full["full"]
+    posted = {"layer": 1, "head": 0, "text": "def f(x):\n    return x" * 2}
+    as_null = client.post(f"{API}/models/demo/attention", json={**posted, "window": None}).json()
+    assert as_null["window"] is None and set(as_null["cut_mass"]) == {0.0}
+    as_own = client.post(f"{API}/models/demo/attention", json={**posted, "window": "own"}).json()
+    assert as_own == client.post(f"{API}/models/demo/attention", json=posted).json()
+    assert as_own["window"] == 16 and max(as_own["cut_mass"]) > 0
+
+
 @pytest.mark.parametrize(("params", "status", "message"), [
     ({"layer": 2}, 422, "layer: 2 is out of range"),
     ({"head": 5}, 422, "head: 5 is out of range"),
     ({"layer": -1}, 422, "layer"),
     ({"window": 0}, 422, "window"),
+    ({"window": "null"}, 422, "window"),
+    ({"window": "3.5"}, 422, "window"),
     ({"text_id": "nope"}, 404, "text 'nope' not found"),
 ])
 def test_attention_errors(client, params, status, message):

@@ -74,3 +74,14 @@ def test_window_fractions():
 def test_head_windows_errors(windows, message):
     with pytest.raises(InvalidWindowPlan, match=message):
         check_head_windows(windows, 3)
+
+
+def test_the_json_codec_writes_full_as_null_and_reads_null_as_full():
+    from aah_core.windows import decode_window, encode_window, plan_to_json
+
+    assert [encode_window(w, 16) for w in (None, 16, 99, 15, 1)] == [None, None, None, 15, 1]
+    assert [decode_window(w, 16) for w in (None, 16, 99, 15)] == [16, 16, 16, 15]
+    assert plan_to_json([[None, 32], [4, 16]], 16) == plan_to_json(torch.tensor([[16, 32], [4, 16]]), 16)
+    assert plan_to_json([[None, 32], [4, 16]], 16) == [[None, None], [4, None]]
+    with pytest.raises(InvalidWindowPlan, match="where: window 0"):
+        decode_window(0, 16, "where")

@@ -6,6 +6,7 @@ import copy
 import math
 
 from aah_client import ApiError
+from aah_core.windows import coverage_metrics, validate_plan
 
 N_LAYER, N_HEAD, T = 2, 4, 32
 BUCKETS = [4, 8, 16, None]
@@ -13,10 +14,8 @@ OWN = [[4, 8, None, 16], [8, None, 4, 4]]
 
 
 def _coverage(plan):
-    ws = [min(T, T if w is None else w) for row in plan for w in row]
-    pairs = sum(w * T - w * (w - 1) / 2 for w in ws)
-    return {"acr": sum(ws) / (T * len(ws)), "causal_coverage": pairs / (T * (T + 1) / 2 * len(ws)),
-            "tile_coverage": 1.0}
+    """The engine's own metrics (the fake runs in the test process, where the engine is importable)."""
+    return coverage_metrics(validate_plan(plan, len(plan), len(plan[0]), T), T)
 
 
 def _loss(plan):
@@ -92,10 +91,10 @@ class FakeApi:
                 "perplexity": math.exp(loss), **_coverage(windows), "windows": windows, "eval_set": eval_set,
                 "elapsed_ms": 12.0, "cached": False, "per_token": pt}
 
-    def attention(self, model_id, layer, head, text_id=None, window=None, text=None):
+    def attention(self, model_id, layer, head, text_id=None, window="own", text=None):
         self._rec("attention", model_id, layer, head, text_id=text_id, window=window,
                   **({"text": text} if text is not None else {}))
-        w = OWN[layer][head] if window is None else (None if window >= T else window)
+        w = OWN[layer][head] if window == "own" else (None if window is None or window >= T else window)
         full, win, cut = _attn(w)
         return {"layer": layer, "head": head, "window": w, "seq_len": T, "tokens": list("abcdef"),
                 "full": full, "windowed": win, "cut_mass": cut, "pool": 1, "n_tokens": 6}

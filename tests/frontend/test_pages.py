@@ -130,7 +130,9 @@ def test_attention_url_state_drives_the_request_and_round_trips(fake_api):
     assert args == ("demo", 1, 2) and kwargs == {"text_id": "c1", "window": 8}
     assert url(at) == params
     at.selectbox(key="attention.window").select("full").run()
-    assert fake_api.called("attention")[-1][2]["window"] == 32  # full = seq_len
+    assert fake_api.called("attention")[-1][2]["window"] is None  # full is null, as in a plan
+    at.selectbox(key="attention.window").select("own").run()
+    assert fake_api.called("attention")[-1][2]["window"] == "own"  # the head's own window, asked explicitly
     at.toggle(key="attention._sens").set_value(True).run()
     assert fake_api.called("sensitivity") and not at.exception
 
@@ -198,7 +200,7 @@ def test_present_mode_from_a_link(fake_api):
 
 def test_frontend_never_imports_torch():
     code = ("import sys, importlib\n"
-            "for m in ['aah_client', 'frontend.state', 'frontend.figures', 'frontend.export', 'frontend.api',\n"
+            "for m in ['aah_client', 'frontend.plans', 'frontend.history', 'frontend.url_state', 'frontend.run_table', 'frontend.figures', 'frontend.export', 'frontend.api',\n"
             "          'frontend.components', 'frontend.views', 'frontend.editor_panel']:\n"
             "    importlib.import_module(m)\n"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'aah_core', 'backend')]\n"

@@ -1,0 +1,116 @@
+"""The dashboard's plan type and its one codec: windows as labels ("full" or an integer), plans as the
+API's JSON (lists of int | None, None = full) and as compact URL text, plus the bulk edits of the window
+editor. Pure: no Streamlit, no HTTP, no torch."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+Window = int | None
+Plan = list[list[Window]]
+FULL = "full"  # the label of a full window (JSON null)
+URL_FULL = "f"  # its spelling inside encode_plan's compact URL text
+
+# -- windows and plans -----------------------------------------------------------------------------
+
+
+def window_label(w: Window) -> str:
+    """`None` -> "full", 64 -> "64"."""
+    return FULL if w is None else str(int(w))
+
+
+def parse_window(label: str | int | None) -> Window:
+    """Inverse of `window_label`: "full" or None -> None, a positive integer (as text or int) -> itself."""
+    if label is None or label == FULL:
+        return None
+    if isinstance(label, bool) or isinstance(label, float):
+        raise ValueError(f"window {label!r} is invalid; use an integer >= 1 or full")
+    w = int(label)
+    if w < 1:
+        raise ValueError(f"window {w} is invalid; use an integer >= 1 or full")
+    return w
+
+
+def normalize_plan(plan: Plan, seq_len: int | None = None) -> Plan:
+    """A copy with every window >= seq_len written as None (full), as the API does."""
+    return [[None if w is None or (seq_len is not None and w >= seq_len) else int(w) for w in row] for row in plan]
+
+
+def encode_plan(plan: Plan) -> str:
+    """Compact, URL-safe text: heads joined by '.', layers by '_', full as 'f' (e.g. "64.f_16.32")."""
+    return "_".join(".".join(URL_FULL if w is None else str(int(w)) for w in row) for row in plan)
+
+
+def decode_plan(text: str | None, n_layer: int | None = None, n_head: int | None = None) -> Plan | None:
+    """Parse `encode_plan` text; None when it is malformed or does not match the model's shape."""
+    if not text:
+        return None
+    try:
+        plan = [[None if cell == URL_FULL else parse_window(cell) for cell in row.split(".")] for row in text.split("_")]
+    except ValueError:
+        return None
+    if n_layer is not None and len(plan) != n_layer:
+        return None
+    if n_head is not None and any(len(row) != n_head for row in plan):
+        return None
+    return plan
+
+
+def changed_cells(a: Plan, b: Plan) -> list[list[bool]]:
+    return [[wa != wb for wa, wb in zip(ra, rb)] for ra, rb in zip(a, b)]
+
+
+# -- bulk edits (each returns a new plan) -----------------------------------------------------------
+
+
+def set_cell(plan: Plan, layer: int, head: int, w: Window) -> Plan:
+    out = [list(row) for row in plan]
+    out[layer][head] = w
+    return out
+
+
+def set_layer(plan: Plan, layer: int, w: Window) -> Plan:
+    out = [list(row) for row in plan]
+    out[layer] = [w] * len(out[layer])
+    return out
+
+
+def set_head(plan: Plan, head: int, w: Window) -> Plan:
+    out = [list(row) for row in plan]
+    for row in out:
+        row[head] = w
+    return out
+
+
+def uniform(n_layer: int, n_head: int, w: Window) -> Plan:
+    return [[w] * n_head for _ in range(n_layer)]
+
+
+def k_full_per_layer(plan: Plan, k: int, w: Window) -> Plan:
+    """In every layer keep k heads full and set the rest to `w`. The heads kept full are those with
+    the widest current windows (ties broken by head index), so the edit respects the current plan."""
+    out = []
+    for row in plan:
+        order = sorted(range(len(row)), key=lambda h: (-(math.inf if row[h] is None else row[h]), h))
+        keep = set(order[: max(0, k)])
+        out.append([None if h in keep else w for h in range(len(row))])
+    return out
+
+
+def apply_table_edits(plan: Plan, edited_rows: Mapping[Any, Mapping[str, Any]]) -> Plan:
+    """Apply `st.data_editor` edits ({row: {"H<h>": label}}) to a plan; returns a new plan."""
+    out = [list(row) for row in plan]
+    for row, cells in edited_rows.items():
+        for col, label in cells.items():
+            out[int(row)][int(str(col).lstrip("H"))] = parse_window(label)
+    return out
+
+
+def suggest_window(buckets: list[Window], mass: list[float], tau: float) -> Window:
+    """The smallest bucket whose retained attention mass is >= tau (full if none reaches it)."""
+    order = sorted(range(len(buckets)), key=lambda k: math.inf if buckets[k] is None else buckets[k])
+    for k in order:
+        if mass[k] is not None and mass[k] >= tau:
+            return buckets[k]
+    return None

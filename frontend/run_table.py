@@ -1,0 +1,64 @@
+"""Run-table helpers for the runs and compare pages: override text, differing params, filters. Pure."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+
+def parse_overrides(text: str) -> dict[str, Any]:
+    """`key=value` lines (or one JSON object) -> overrides for POST /runs. Values are read as JSON
+    where possible (numbers, true/false, null), else kept as text. Raises ValueError naming the line."""
+    text = text.strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"overrides: not valid JSON ({exc.msg} at char {exc.pos})") from exc
+        if not isinstance(value, dict):
+            raise ValueError("overrides: a JSON object is expected")
+        return value
+    out: dict[str, Any] = {}
+    for n, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "=" not in line:
+            raise ValueError(f"overrides line {n}: {line!r} is not key=value (e.g. train.max_steps=50)")
+        key, raw = (s.strip() for s in line.split("=", 1))
+        if not key:
+            raise ValueError(f"overrides line {n}: the key is empty")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def differing_params(runs: list[Mapping[str, Any]]) -> list[str]:
+    """Parameter keys whose values are not the same across all the given runs (MLflow #7980)."""
+    keys = sorted({k for r in runs for k in (r.get("params") or {})})
+    return [k for k in keys if len({(r.get("params") or {}).get(k) for r in runs}) > 1]
+
+
+def filter_runs(runs: list[dict], query: str = "", max_loss: float | None = None,
+                coverage_range: tuple[float, float] | None = None, loss_key: str = "val_loss",
+                coverage_key: str = "causal_coverage") -> list[dict]:
+    """Client-side filters over GET /runs rows: a text match on name/preset/experiment, a loss ceiling
+    and a coverage interval (runs without the metric pass the numeric filters)."""
+    q = query.strip().lower()
+    out = []
+    for r in runs:
+        hay = " ".join(str(r.get(k) or "") for k in ("name", "preset", "experiment", "id")).lower()
+        if q and q not in hay:
+            continue
+        summary = r.get("summary") or {}
+        loss, cov = summary.get(loss_key), summary.get(coverage_key)
+        if max_loss is not None and loss is not None and loss > max_loss:
+            continue
+        if coverage_range is not None and cov is not None and not coverage_range[0] <= cov <= coverage_range[1]:
+            continue
+        out.append(r)
+    return out
