@@ -20,9 +20,9 @@ import torch.distributed as dist
 
 from aah_core.checkpoint import load_checkpoint, save_checkpoint
 from aah_core.config import RunConfig
-from aah_core.controller import build_controller
+from aah_core.controller import Controller, build_controller
 from aah_core.data import DataStream, copy_chance
-from aah_core.evaluate import evaluate_loss
+from aah_core.evaluate import evaluate_loss, model_device
 from aah_core.model import WindowedGPT
 from aah_core.windows import coverage_metrics, plan_to_json, window_fractions
 
@@ -122,16 +122,52 @@ def _git_rev() -> str | None:
 
 
 def evaluate_run(model: WindowedGPT, data: DataStream, cfg: RunConfig) -> dict[str, float]:
-    """Validation losses on the fixed eval sets under the model's current plan."""
+    """Validation losses on the fixed eval sets under the model's current plan, in the training
+    precision (an fp32 evaluation of a bf16 run would pick, and compile, other kernels)."""
     n = max(1, cfg.train.eval_batches * cfg.train.batch_size // 2)
     model.eval()
-    text = evaluate_loss(model, data.eval_batch("text", n), backend=cfg.train.backend)
-    out = {"val_text_loss": text, "val_loss": text}
-    if data.cfg.synthetic != "none":
-        syn = evaluate_loss(model, data.eval_batch("copy", n), backend=cfg.train.backend)
-        out.update(val_copy_loss=syn, val_loss=(text + syn) / 2)
+    with autocast_for(model_device(model)):
+        text = evaluate_loss(model, data.eval_batch("text", n), backend=cfg.train.backend)
+        out = {"val_text_loss": text, "val_loss": text}
+        if data.cfg.synthetic != "none":
+            syn = evaluate_loss(model, data.eval_batch("copy", n), backend=cfg.train.backend)
+            out.update(val_copy_loss=syn, val_loss=(text + syn) / 2)
     model.train()
     return out
+
+
+def autocast_for(device: torch.device) -> torch.autocast:
+    """bf16 autocast on CUDA; full precision elsewhere."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return torch.autocast("cpu", enabled=False)
+
+
+def device_and_backend() -> tuple[torch.device, str]:
+    """This process's device and the process-group backend: one GPU per local rank over NCCL when
+    the machine has a GPU for every local rank, else every rank on the CPU over gloo (two ranks
+    on a one-GPU machine would otherwise share GPU 0, or ask NCCL for a GPU that is not there)."""
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world:
+        return torch.device("cuda", local_rank), "nccl"
+    return torch.device("cpu"), "gloo"
+
+
+def model_and_controller(
+    config: RunConfig, device: torch.device, resume: str | Path | None = None
+) -> tuple[WindowedGPT, Controller, int]:
+    """The model on `device` (resumed weights and plan when asked), then its controller, built
+    after the move so that its parameters and masks live on the model's device; and the step."""
+    model = WindowedGPT(config.model).to(device)
+    controller = build_controller(config, model)
+    if resume is None:
+        return model, controller, 0
+    ckpt = load_checkpoint(resume)
+    model.load_state_dict(ckpt.model.state_dict())
+    model.set_plan(ckpt.plan)
+    controller.load_state_dict(ckpt.controller_state)
+    return model, controller, int(ckpt.meta.get("step", 0))
 
 
 def _plan_metrics(model: WindowedGPT, cfg: RunConfig) -> dict[str, float]:
@@ -148,26 +184,20 @@ def train(
     """Train a model from `config`, writing checkpoints to `out_dir`. Resumes weights and step from `resume`."""
     out_dir = Path(out_dir)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    device, dist_backend = device_and_backend()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before NCCL opens a context, or every rank opens one on GPU 0
     if distributed and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group(dist_backend)
     rank = dist.get_rank() if distributed else 0
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
     tcfg = config.train
     if tcfg.threads:
         torch.set_num_threads(tcfg.threads)
     torch.manual_seed(tcfg.seed)
     callbacks = list(callbacks) if rank == 0 else []
 
-    model = WindowedGPT(config.model)
-    start_step = 0
-    controller = build_controller(config, model)
-    if resume is not None:
-        ckpt = load_checkpoint(resume)
-        model.load_state_dict(ckpt.model.state_dict())
-        model.set_plan(ckpt.plan)
-        controller.load_state_dict(ckpt.controller_state)
-        start_step = int(ckpt.meta.get("step", 0))
-    model.to(device).train()
+    model, controller, start_step = model_and_controller(config, device, resume)
+    model.train()
     data = DataStream(config.data, config.model.seq_len, seed=tcfg.seed, rank=rank)
     for _ in range(start_step):  # keep the data order of an uninterrupted run
         data.train_batch(tcfg.batch_size)
@@ -178,7 +208,7 @@ def train(
     if controller.parameters():
         groups.append({"params": controller.parameters(), "weight_decay": 0.0})
     optimizer = torch.optim.AdamW(groups, lr=tcfg.lr, betas=(tcfg.beta1, tcfg.beta2))
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    autocast = autocast_for(device)
     meta = {"data_hash": data.data_hash, "git_rev": _git_rev(), "preset": config.preset, "n_params": model.num_params()}
     info = {"total_steps": tcfg.max_steps, "start_step": start_step, **meta}
     for cb in callbacks:
@@ -212,6 +242,8 @@ def train(
             if tcfg.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
             optimizer.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # kernels run asynchronously: time their end, not their launch
             elapsed = time.perf_counter() - t0
             done = step + 1
             last = {"train_loss": float(loss.detach()), "lr": lr, "tokens_per_s": x.numel() / elapsed, **controller.metrics()}
@@ -229,7 +261,9 @@ def train(
                 cb.on_metrics(done, last)
             if tcfg.checkpoint_every and done % tcfg.checkpoint_every == 0 and rank == 0:
                 checkpoint(done)
-            stop = torch.tensor([good_evals >= 2 or any(cb.should_stop() for cb in callbacks)], dtype=torch.int)
+            stop = torch.tensor(
+                [good_evals >= 2 or any(cb.should_stop() for cb in callbacks)], dtype=torch.int, device=device
+            )  # on the model's device: NCCL broadcasts CUDA tensors only
             if distributed:
                 dist.broadcast(stop, src=0)
             if stop.item():

@@ -9,9 +9,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from aah_core.controller.learned import soft_window_bias
 from aah_core.evaluate import PrefixCachedEvaluator, evaluate_loss, make_eval_batch
 from aah_core.model import Rotary, WindowedGPT
 from aah_core.presets import get_preset
+from aah_core.train import device_and_backend, model_and_controller
 from aah_core.windows import full_plan
 
 
@@ -79,3 +81,34 @@ def test_rotary_computes_in_float32_and_casts_the_result():
     want = rotary(x.float()).to(torch.bfloat16)
     assert rotary(x).dtype == torch.bfloat16
     assert torch.equal(rotary(x), want)
+
+
+def test_the_learned_controller_lives_on_the_models_device():
+    """train() builds the controller after moving the model, so its logits and soft window bias
+    are on the model's device (they were created on the CPU and handed to a CUDA SDPA)."""
+    model, controller, step = model_and_controller(get_preset("learned_budget"), torch.device("meta"))
+    assert step == 0 and next(model.parameters()).device.type == "meta"
+    assert [p.device.type for p in controller.parameters()] == ["meta"]
+    with DeviceMixRecorder() as rec:
+        bias = soft_window_bias(controller.probs()[0], controller.buckets, model.config.seq_len)
+        controller.expected_coverage()
+    assert bias.device.type == "meta" and rec.mixed == []
+
+
+@pytest.mark.parametrize(
+    "gpus, local_rank, local_world, want",
+    [
+        (0, 0, 1, ("cpu", "gloo")),
+        (1, 0, 1, ("cuda:0", "nccl")),
+        (2, 1, 2, ("cuda:1", "nccl")),
+        (1, 1, 2, ("cpu", "gloo")),  # two ranks, one GPU: NCCL would need a GPU per rank
+        (1, 0, 2, ("cpu", "gloo")),  # ... and every rank must agree
+    ],
+)
+def test_device_and_process_group_backend(monkeypatch, gpus, local_rank, local_world, want):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world))
+    device, backend = device_and_backend()
+    assert (str(device), backend) == want
