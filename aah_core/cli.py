@@ -1,4 +1,4 @@
-"""The engine's commands: train, eval, presets, bench, suite.
+"""The engine's commands: train, eval, generate, presets, bench, suite.
 
 The installed `aah` command is aah_launcher.cli, which adds `aah serve` (a process supervisor, kept out
 of the engine) to the parser built here.
@@ -12,8 +12,12 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from aah_core.errors import AAHError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _parse_sets(pairs: list[str]) -> dict[str, str]:
@@ -45,26 +49,67 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_plan(path: str | None, ckpt: Any) -> torch.Tensor:
+    """The plan of a --windows JSON file ([[w, ...], ...] or {"windows": ...}), else the checkpoint's own."""
+    from aah_core.windows import validate_plan
+
+    if not path:
+        return ckpt.plan
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise AAHError(f"--windows {path}: cannot read a JSON plan ({exc.__class__.__name__}: {exc})") from None
+    raw = raw.get("windows", raw) if isinstance(raw, dict) else raw
+    m = ckpt.config.model
+    return validate_plan(raw, m.n_layer, m.n_head, m.seq_len)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from aah_core.checkpoint import load_checkpoint
     from aah_core.evaluate import evaluate_loss, make_eval_batch
-    from aah_core.windows import coverage_metrics, validate_plan
+    from aah_core.windows import coverage_metrics
 
     ckpt = load_checkpoint(args.checkpoint)
     m = ckpt.config.model
-    plan = ckpt.plan
-    if args.windows:
-        try:
-            raw = json.loads(Path(args.windows).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise AAHError(f"--windows {args.windows}: cannot read a JSON plan ({exc.__class__.__name__}: {exc})") from None
-        raw = raw.get("windows", raw) if isinstance(raw, dict) else raw
-        plan = validate_plan(raw, m.n_layer, m.n_head, m.seq_len)
+    plan = _read_plan(args.windows, ckpt)
     batch = make_eval_batch(ckpt.config, args.eval_set, args.n_seq)
     loss = evaluate_loss(ckpt.model, batch, plan)
     cov = coverage_metrics(plan, m.seq_len)
     print(f"loss {loss:.6f}  acr {cov['acr']:.4f}  causal_coverage {cov['causal_coverage']:.4f}  "
           f"tile_coverage {cov['tile_coverage']:.4f}  ({args.eval_set}, {args.n_seq} sequences)")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import time
+
+    import torch
+
+    from aah_core.checkpoint import load_checkpoint
+    from aah_core.cost import ModelShape, plan_cost
+    from aah_core.generate import Sampling, generate
+
+    ckpt = load_checkpoint(args.checkpoint)
+    model, plan = ckpt.model, _read_plan(args.windows, ckpt)
+    ids = model.tokenizer.encode(args.prompt)
+    if not ids:
+        raise AAHError("--prompt is empty after tokenization; give at least one character")
+    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
+    t0 = time.perf_counter()
+    result = generate(model, torch.tensor([ids]), plan, args.max_new_tokens, sampling)
+    seconds = time.perf_counter() - t0
+    new = result.tokens[0].tolist()
+    print(args.prompt + model.tokenizer.decode(new))
+    print("---")
+    why = (f"max_new_tokens ({args.max_new_tokens})" if result.stop_reason == "max_new_tokens"
+           else f"the model's context ({model.seq_len} tokens)")
+    print(f"stopped at {why}: {len(new)} new tokens after a {len(ids)}-token prompt, "
+          f"{len(new) / seconds:.1f} tokens/s (prompt included)")
+    context = len(ids) + max(len(new) - 1, 0)  # positions cached when the last token was predicted
+    cost = plan_cost(plan, context, ModelShape.of(model))
+    print(f"at context {context}: KV cache {cost.kv_bytes:,} bytes = {100 * cost.kv_ratio:.1f} % of full "
+          f"({cost.kv_bytes_full:,}) · attention pairs {cost.attention_pairs:,} = "
+          f"{100 * cost.pairs_ratio:.1f} % of full ({cost.attention_pairs_full:,})")
     return 0
 
 
@@ -120,6 +165,16 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     p.add_argument("--eval-set", default="mixed", choices=["mixed", "text", "copy"])
     p.add_argument("--n-seq", type=int, default=4, help="evaluation sequences (default 4)")
     p.set_defaults(func=cmd_eval)
+    p = sub.add_parser("generate", help="continue a prompt under a window plan (per-head KV caches); print the cost")
+    p.add_argument("checkpoint")
+    p.add_argument("--prompt", required=True, help="text to continue")
+    p.add_argument("--windows", help="JSON plan file (as for eval); default: the checkpoint's own plan")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="stop after this many tokens (default 64)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest tokens (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_generate)
     p = sub.add_parser("presets", help="list the presets")
     p.set_defaults(func=cmd_presets)
     p = sub.add_parser("bench", help="run the benchmarks in bench/ (writes bench/results/)")

@@ -11,12 +11,13 @@ context (its seq_len: rotary tables and full heads end there), and says which.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
 from aah_core.errors import AAHError
 from aah_core.kvcache import KVCache
+from aah_core.model_api import WindowedLM
 
 StopReason = Literal["max_new_tokens", "context"]
 
@@ -66,20 +67,13 @@ def sample(logits: torch.Tensor, sampling: Sampling, gen: torch.Generator | None
     return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
 
 
-def model_context(model: Any) -> tuple[int, int]:
-    """(seq_len, n_kv_head) of a model: its context and how many key/value heads each layer caches."""
-    cfg = model.config
-    return cfg.seq_len, getattr(cfg, "n_kv_head", None) or cfg.n_head
-
-
-def new_cache(model: Any, plan: torch.Tensor, backend: str = "auto") -> KVCache:
+def new_cache(model: WindowedLM, plan: torch.Tensor, backend: str = "auto") -> KVCache:
     """An empty per-head cache for `model` under `plan` ([n_layer, n_head])."""
-    seq_len, n_kv_head = model_context(model)
-    return KVCache(plan, n_kv_head, seq_len, backend)
+    return KVCache(plan, model.n_kv_head, model.seq_len, backend)
 
 
 @torch.no_grad()
-def forward_cached(model: Any, idx: torch.Tensor, cache: KVCache, plan: torch.Tensor) -> torch.Tensor:
+def forward_cached(model: WindowedLM, idx: torch.Tensor, cache: KVCache, plan: torch.Tensor) -> torch.Tensor:
     """Logits [B, T, V] of idx [B, T] at the positions after the cached ones; the cache takes them in."""
     x = model.embed(idx, cache.start)
     return model.logits(model.run_layers(x, plan, cache=cache.layers))
@@ -87,7 +81,7 @@ def forward_cached(model: Any, idx: torch.Tensor, cache: KVCache, plan: torch.Te
 
 @torch.no_grad()
 def generate(
-    model: Any,
+    model: WindowedLM,
     prompt: torch.Tensor,
     plan: torch.Tensor | None = None,
     max_new_tokens: int = 64,
@@ -98,7 +92,7 @@ def generate(
 
     Stops after max_new_tokens or when T0 + n reaches the model's seq_len ("context").
     """
-    seq_len, _ = model_context(model)
+    seq_len = model.seq_len
     plan = model.plan if plan is None else plan
     if prompt.dim() != 2 or prompt.shape[1] < 1:
         raise AAHError(f"prompt must be token ids [B, T] with T >= 1; got shape {tuple(prompt.shape)}")

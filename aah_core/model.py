@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 import torch
 import torch.nn as nn
@@ -18,18 +17,11 @@ from aah_core.attention import windowed_attention
 from aah_core.attention.reference import attention_probs as reference_probs
 from aah_core.config import ModelConfig
 from aah_core.data.tokenizers import Tokenizer
+from aah_core.model_api import LayerCache
 from aah_core.windows import full_plan
 
 # observer(layer, q, k, v, y): sees each layer's per-head tensors [B, H, T, D] (controller features)
 Observer = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
-
-
-class LayerCache(Protocol):
-    """One layer's KV cache (aah_core/generate.py): `start` positions seen; attend stores k, v and attends."""
-
-    start: int
-
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
 
 
 class Rotary(nn.Module):
@@ -164,6 +156,14 @@ class WindowedGPT(nn.Module):
         return self.config.n_head
 
     @property
+    def n_kv_head(self) -> int:
+        return self.config.n_head
+
+    @property
+    def head_dim(self) -> int:
+        return self.config.d_model // self.config.n_head
+
+    @property
     def seq_len(self) -> int:
         return self.config.seq_len
 
@@ -201,7 +201,7 @@ class WindowedGPT(nn.Module):
     ) -> torch.Tensor:
         """Run blocks start..end-1 on residual x [B, T, C]; appends each block's input to `residuals`.
 
-        With `cache` (one LayerCache per layer, aah_core/generate.py) x holds the positions after the
+        With `cache` (one LayerCache per layer, aah_core/kvcache.py) x holds the positions after the
         cached ones and attention goes through the cache, which was built for `plan`.
         """
         windows = plan.tolist()

@@ -11,15 +11,30 @@ satisfy it, so nothing downstream branches on the model's family. A model is run
 and the residual entering layer l depends only on plan rows < l (prefix caching, evaluate.py).
 Windows follow aah_core/windows.py: head h with window w lets query i see keys i - w < j <= i.
 Under grouped-query attention windows are per query head; key/value heads are shared.
+
+Generation (aah_core/generate.py) runs the same three calls with a per-layer KV cache:
+`embed(idx, start)` embeds positions start.., and `run_layers(x, plan, cache=layers)` hands
+each layer's attention to its LayerCache instead of computing it over x alone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import torch
 
 from aah_core.data.tokenizers import Tokenizer
+
+
+class LayerCache(Protocol):
+    """One layer's KV cache (aah_core/kvcache.py). A layer with a cache rotates its q and k at
+    positions start.. and gets its attention output from attend(q [B, n_head, T, D],
+    k, v [B, n_kv_head, T, D]) -> [B, n_head, T, D]; the cache stores k and v itself."""
+
+    start: int
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
 
 
 @runtime_checkable
@@ -34,6 +49,16 @@ class WindowedLM(Protocol):
     @property
     def n_head(self) -> int:
         """Query heads per layer (the plan's second axis)."""
+        ...
+
+    @property
+    def n_kv_head(self) -> int:
+        """Key/value heads per layer (n_head without grouped-query attention); each is cached."""
+        ...
+
+    @property
+    def head_dim(self) -> int:
+        """Channels per key (and per value) head."""
         ...
 
     @property
@@ -57,15 +82,16 @@ class WindowedLM(Protocol):
     @property
     def tokenizer(self) -> Tokenizer: ...
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """Token ids [B, T] -> the residual stream entering layer 0, [B, T, C]."""
+    def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Token ids [B, T] at positions start.. -> the residual stream entering layer 0, [B, T, C]."""
         ...
 
     def run_layers(
         self, x: torch.Tensor, plan: torch.Tensor, start: int = 0, end: int | None = None, backend: str = "auto",
-        residuals: list[torch.Tensor] | None = None,
+        residuals: list[torch.Tensor] | None = None, cache: Sequence[LayerCache] | None = None,
     ) -> torch.Tensor:
-        """Run layers start..end-1 on the residual x under `plan`; appends each layer's input to `residuals`."""
+        """Run layers start..end-1 on the residual x under `plan`; appends each layer's input to `residuals`.
+        With `cache` (one LayerCache per layer) attention goes through the caches (generation)."""
         ...
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -99,7 +99,19 @@ class PerTokenLosses(Response):
     delta: list[float | None]
 
 
-class EvaluateResponse(CoverageFields):
+class CostFields(Response):
+    """Exact inference cost of a plan at context N (aah_core/cost.py), one sequence, beside the full plan."""
+
+    context: int
+    kv_bytes: int
+    kv_bytes_full: int
+    attention_pairs: int
+    attention_pairs_full: int
+
+
+class EvaluateResponse(CoverageFields, CostFields):
+    """Cost fields are at context = the model's seq_len."""
+
     loss: float
     baseline_loss: float
     delta: float
@@ -115,7 +127,6 @@ class EvaluateResponse(CoverageFields):
 # ---- attention and diagnostics -----------------------------------------------------------
 
 MAX_TEXT_CHARS = 4096
-
 
 class AttentionRequest(Request):
     layer: int = Field(ge=0, le=1024)
@@ -167,6 +178,67 @@ class AllocateResponse(CoverageFields):
     loss: float
     baseline_loss: float
     curve: list[CurvePoint]
+
+
+# ---- inference cost and generation -------------------------------------------------------
+
+Context = Annotated[StrictInt, Field(ge=1, le=2**31, description="context length N (<= the model's seq_len)")]
+
+
+class CostRequest(Request):
+    windows: Plan
+    context: Context
+    measure: bool = False
+
+
+class MeasuredCostPublic(Response):
+    """Medians; *_full is the full plan measured in the same run; ratios are plan / full."""
+
+    prefill_ms: float
+    prefill_ms_full: float
+    prefill_ratio: float | None
+    decode_step_ms: float | None
+    decode_step_ms_full: float | None
+    decode_step_ratio: float | None
+    tokens_per_s: float | None
+    tokens_per_s_full: float | None
+    peak_memory_bytes: int | None
+    peak_memory_bytes_full: int | None
+    peak_memory_ratio: float | None
+    batch: int
+    device: str
+
+
+class CostResponse(CostFields):
+    windows: list[list[int | None]]
+    kv_entries: int
+    kv_entries_full: int
+    kv_ratio: float
+    pairs_ratio: float
+    n_kv_head: int
+    kv_windows: list[list[int]] = Field(description="per layer and kv head: positions its cache keeps at N")
+    measured: MeasuredCostPublic | None = None
+
+
+class GenerateRequest(Request):
+    prompt: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    windows: Plan | None = Field(None, description="null: the model's own plan")
+    max_new_tokens: int = Field(64, ge=1, le=1024)
+    temperature: float = Field(0.0, ge=0.0, le=100.0, allow_inf_nan=False, description="0 = greedy")
+    top_k: int = Field(0, ge=0, le=1_000_000, description="0 = off")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False, description="1 = off")
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+
+
+class GenerateResponse(Response):
+    windows: list[list[int | None]]
+    prompt_tokens: int
+    text: str
+    tokens: list[str]
+    stop_reason: Literal["max_new_tokens", "context"]
+    cache_bytes: list[int] = Field(description="KV bytes held when each new token was predicted")
+    kv_bytes_full: int = Field(description="the full plan's KV bytes at the final context")
+    elapsed_ms: float
 
 
 # ---- runs --------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Models: list, windows, bundled texts, live evaluation, heatmaps, diagnostics, allocation."""
+"""Models: list, windows, bundled texts, live evaluation, heatmaps, diagnostics, allocation, cost,
+generation."""
 
 from __future__ import annotations
 
@@ -14,16 +15,20 @@ from backend.schemas import (
     AllocateResponse,
     AttentionRequest,
     AttentionResponse,
+    CostRequest,
+    CostResponse,
     EvalSet,
     EvaluateRequest,
     EvaluateResponse,
+    GenerateRequest,
+    GenerateResponse,
     ModelInfo,
     ModelWindowsResponse,
     RetainedMassResponse,
     SensitivityResponse,
     TextInfo,
 )
-from backend.services import analysis
+from backend.services import analysis, inference
 
 router = APIRouter(prefix="/models", tags=["models"])
 ModelId = Annotated[str, Path(max_length=64)]
@@ -106,3 +111,16 @@ def read_sensitivity(model_id: ModelId, registry: RegistryDep, eval_set: EvalSet
 def allocate_windows(model_id: ModelId, body: AllocateRequest, registry: RegistryDep) -> AllocateResponse:
     """Windows under a coverage budget, with the path the allocator walked (503 until it lands)."""
     return analysis.allocate(registry, registry.get(model_id), body)
+
+
+@router.post("/{model_id}/cost")
+def read_cost(model_id: ModelId, body: CostRequest, registry: RegistryDep) -> CostResponse:
+    """A plan's exact KV-cache bytes and attention pairs at a context (beside the full plan's);
+    with measure=true also prefill and decode-step times measured against the full plan in the same run."""
+    return inference.cost(registry.get(model_id), body)
+
+
+@router.post("/{model_id}/generate")
+def generate_text(model_id: ModelId, body: GenerateRequest, registry: RegistryDep) -> GenerateResponse:
+    """Continue a prompt under a plan (default: the model's own) with per-head KV caches."""
+    return inference.generate_text(registry.get(model_id), body)

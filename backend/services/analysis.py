@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from aah_core import diagnostics
+from aah_core.cost import ModelShape, PlanCost, check_context, plan_cost
 from aah_core.errors import InvalidWindowPlan
 from aah_core.windows import coverage_metrics, decode_window, encode_window, plan_to_json, validate_plan
 from aah_core.evaluate import PrefixCachedEvaluator
@@ -21,6 +22,7 @@ from backend.schemas import (
     OWN_WINDOW,
     AttentionResponse,
     AttentionWindow,
+    CostFields,
     CurvePoint,
     EvaluateRequest,
     EvaluateResponse,
@@ -38,6 +40,16 @@ def parse_plan(lm: LoadedModel, windows: Any, field: str = "windows") -> torch.T
         return validate_plan(windows, m.n_layer, m.n_head, m.seq_len)
     except InvalidWindowPlan as exc:
         raise InvalidInput(f"{field}: {exc}") from None
+
+
+def exact_cost(lm: LoadedModel, plan: torch.Tensor, context: int) -> PlanCost:
+    """The plan's exact figures at `context` (an AAHError, so 422, when the context is outside the model)."""
+    return plan_cost(plan, check_context(context, lm.info.seq_len), ModelShape.of(lm.model))
+
+
+def cost_fields(cost: PlanCost) -> CostFields:
+    return CostFields(context=cost.context, kv_bytes=cost.kv_bytes, kv_bytes_full=cost.kv_bytes_full,
+                      attention_pairs=cost.attention_pairs, attention_pairs_full=cost.attention_pairs_full)
 
 
 def _plan_key(plan: torch.Tensor) -> tuple[int, ...]:
@@ -82,6 +94,7 @@ def evaluate(registry: Registry, lm: LoadedModel, body: EvaluateRequest) -> Eval
         perplexity=math.exp(min(loss, 700.0)), windows=plan_to_json(plan, lm.info.seq_len),
         eval_set=body.eval_set, elapsed_ms=(time.perf_counter() - t0) * 1000, cached=cached,
         per_token=per_token, **coverage_metrics(plan, lm.info.seq_len),
+        **cost_fields(exact_cost(lm, plan, lm.info.seq_len)).model_dump(),
     )
 
 
@@ -92,15 +105,20 @@ def _check_head(lm: LoadedModel, layer: int, head: int) -> None:
         raise InvalidInput(f"head: {head} is out of range; model {lm.id!r} has heads 0..{lm.info.n_head - 1}")
 
 
+def encode_text(lm: LoadedModel, text: str, field: str = "text") -> list[int]:
+    """Token ids of a posted text, refused when empty or outside the model's vocabulary."""
+    ids = lm.tokenizer.encode(text)
+    if not ids:
+        raise InvalidInput(f"{field}: the text is empty after tokenization; send at least one character")
+    if max(ids) >= lm.model.vocab_size:
+        raise InvalidInput(f"{field}: the text has tokens outside this model's vocabulary")
+    return ids
+
+
 def _token_ids(lm: LoadedModel, text: str | None, text_id: str | None) -> torch.Tensor:
     """[T] ids of a posted text (truncated to seq_len) or of a bundled one (default: the first)."""
     if text is not None:
-        ids = lm.tokenizer.encode(text)[: lm.info.seq_len]
-        if not ids:
-            raise InvalidInput("text: the text is empty after tokenization; send at least one character")
-        if max(ids) >= lm.model.vocab_size:
-            raise InvalidInput("text: the text has tokens outside this model's vocabulary")
-        return torch.tensor(ids, dtype=torch.long)
+        return torch.tensor(encode_text(lm, text)[: lm.info.seq_len], dtype=torch.long)
     if text_id is None:
         text_id = next(iter(lm.texts()), None)
         if text_id is None:

@@ -68,3 +68,17 @@ def test_a_new_run_starts_a_new_history_and_a_resumed_one_appends(tmp_path):
     more = ["train", "--preset", "tiny", "--out", str(out), "--resume", str(out), "--quiet", "--set", "train.max_steps=5"]
     assert main(more) == 0
     assert [json.loads(line)["step"] for line in history.read_text().splitlines()] == [1, 2, 3, 4, 5]
+
+
+def test_generate_prints_the_continuation_the_stop_and_the_cost(tiny_ckpt, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"windows": [[4, None], [16, 4]]}))
+    assert main(["generate", str(tiny_ckpt), "--prompt", "Hello", "--windows", str(plan), "--max-new-tokens", "6"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Hello")
+    assert "stopped at max_new_tokens (6): 6 new tokens after a 5-token prompt" in out[2]
+    # context 5 + 6 - 1 = 10: entries 4 + 10 + 10 + 4 = 28 of 40; pairs (4*10-6) + 55 + 55 + (4*10-6) = 178 of 220
+    assert "at context 10: KV cache 3,584 bytes = 70.0 % of full (5,120)" in out[3]
+    assert "attention pairs 178 = 80.9 % of full (220)" in out[3]
+    assert main(["generate", str(tiny_ckpt), "--prompt", "x" * 60, "--max-new-tokens", "50"]) == 0
+    assert "stopped at the model's context (64 tokens): 4 new tokens" in capsys.readouterr().out
