@@ -84,7 +84,7 @@ class _Bucket:
         self.k[:, :, slot : slot + 1] = k
         self.v[:, :, slot : slot + 1] = v
 
-    def attend(self, q: torch.Tensor, pos: int) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, pos: int, scale: float | None) -> torch.Tensor:
         """q [B, n, g, D] (the query heads of each kv head, at position pos) -> [B, n, g, D]."""
         assert self.k is not None and self.v is not None
         k, v = self.k[:, :, : self.length], self.v[:, :, : self.length]  # (B, n, L, D)
@@ -93,7 +93,7 @@ class _Bucket:
             slots = torch.arange(self.length, device=q.device)
             held = pos - (pos - slots) % self.window  # (L,) the position each slot holds
             mask = held.view(1, 1, -1) > pos - self.q_windows.unsqueeze(-1)  # (n, g, L)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
     def size(self) -> BucketSize:
         capacity = 0 if self.k is None else self.k.shape[2]
@@ -129,34 +129,36 @@ class LayerKVCache:
             t = t.index_select(1, self.perm.to(t.device))
         return t.split(self.sizes_per_bucket, dim=1)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """q [B, H, T, D], k, v [B, n_kv_head, T, D] at positions start.. -> attention output [B, H, T, D]."""
-        B, H, T, D = q.shape
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+        """q [B, H, T, D], k, v [B, n_kv_head, T, D] at positions start.. -> attention output [B, H, T, D].
+
+        scale: score scale (default 1/sqrt(D))."""
+        T = q.shape[2]
         if self.start == 0:
-            out = self._prefill(q, k, v)
+            out = self._prefill(q, k, v, scale)
         elif T == 1:
-            out = self._step(q, k, v)
+            out = self._step(q, k, v, scale)
         else:
             raise ValueError(f"after the prompt the cache takes one position per call; got {T}")
         self.start += T
         return out
 
-    def _prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def _prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
         for bucket, kb, vb in zip(self.buckets, self._split(k), self._split(v)):
             bucket.fill(kb, vb)
         if self.group > 1:  # each query head reads its kv head
             k = k.repeat_interleave(self.group, dim=1)  # (B, H, T, D)
             v = v.repeat_interleave(self.group, dim=1)
-        return windowed_attention(q, k, v, self.windows, backend=self.backend)
+        return windowed_attention(q, k, v, self.windows, backend=self.backend, scale=scale)
 
-    def _step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def _step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
         B, H, _, D = q.shape
         pos = self.start
         qg = q.view(B, self.n_kv_head, self.group, D)  # (B, n_kv_head, g, D): query heads by kv head
         outs = []
         for bucket, qb, kb, vb in zip(self.buckets, self._split(qg), self._split(k), self._split(v)):
             bucket.append(kb, vb, pos)
-            outs.append(bucket.attend(qb, pos))  # (B, n, g, D)
+            outs.append(bucket.attend(qb, pos, scale))  # (B, n, g, D)
         out = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]  # (B, n_kv_head, g, D), bucket order
         if self.inverse is not None:
             out = out.index_select(1, self.inverse.to(out.device))  # back in kv-head order

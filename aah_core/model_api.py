@@ -30,11 +30,13 @@ from aah_core.data.tokenizers import Tokenizer
 class LayerCache(Protocol):
     """One layer's KV cache (aah_core/kvcache.py). A layer with a cache rotates its q and k at
     positions start.. and gets its attention output from attend(q [B, n_head, T, D],
-    k, v [B, n_kv_head, T, D]) -> [B, n_head, T, D]; the cache stores k and v itself."""
+    k, v [B, n_kv_head, T, D], scale) -> [B, n_head, T, D]; the cache stores k and v itself
+    (scale None: 1/sqrt(D))."""
 
     start: int
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+        ...
 
 
 @runtime_checkable

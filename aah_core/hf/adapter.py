@@ -17,6 +17,7 @@ The windows reach transformers' attention call through aah_core.hf.attention.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import torch.nn as nn
 
 from aah_core.hf.attention import CURRENT, Captured, LayerCall
 from aah_core.hf.folder import HFTokenizer
-from aah_core.model_api import power_of_two_buckets
+from aah_core.model_api import LayerCache, power_of_two_buckets
 
 LayerArgs = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -85,6 +86,15 @@ class HFWindowedLM(nn.Module):
         return self._n_head
 
     @property
+    def n_kv_head(self) -> int:
+        return int(getattr(self.hf.config, "num_key_value_heads", None) or self._n_head)
+
+    @property
+    def head_dim(self) -> int:
+        cfg = self.hf.config
+        return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self._n_head)
+
+    @property
     def seq_len(self) -> int:
         return self._seq_len
 
@@ -110,8 +120,10 @@ class HFWindowedLM(nn.Module):
 
     # -- running the model's own forward with stand-ins ------------------------------------------
 
-    def _own_forward(self, idx: torch.Tensor, output: torch.Tensor | None = None) -> tuple[Any, list[LayerArgs], torch.Tensor]:
-        """The model's forward on idx with stand-in layers: (its output, each layer's call, layer 0's input)."""
+    def _own_forward(self, idx: torch.Tensor, output: torch.Tensor | None = None,
+                     start: int = 0) -> tuple[Any, list[LayerArgs], torch.Tensor]:
+        """The model's forward on idx (at positions start..) with stand-in layers: (its output, each
+        layer's call, layer 0's input)."""
         calls: dict[int, LayerArgs] = {}
         inputs: dict[int, torch.Tensor] = {}
         last = self._n_layer - 1
@@ -120,16 +132,21 @@ class HFWindowedLM(nn.Module):
             for i in range(self._n_layer):
                 decoder[i] = _StandIn(i, calls, inputs, output if i == last else None)
             try:
-                out = self.hf(input_ids=idx, use_cache=False)
+                positions = {} if start == 0 else {
+                    "position_ids": torch.arange(start, start + idx.shape[1], device=idx.device).unsqueeze(0)}
+                out = self.hf(input_ids=idx, use_cache=False, **positions)
             finally:
                 for i, layer in enumerate(self._layers):
                     decoder[i] = layer
         return out, [calls[i] for i in range(self._n_layer)], inputs[0]
 
-    def _layer_calls(self, T: int) -> list[LayerArgs]:
-        """The arguments each layer gets at length T (position embeddings, masks), recorded once per T."""
+    def _layer_calls(self, T: int, start: int = 0) -> list[LayerArgs]:
+        """The arguments each layer gets at positions start..start+T-1 (position embeddings, masks),
+        recorded once per T for start 0 (a generation step at start > 0 records its own)."""
+        dummy = torch.zeros(1, T, dtype=torch.long, device=self._plan.device)
+        if start:
+            return self._own_forward(dummy, start=start)[1]
         if T not in self._calls:
-            dummy = torch.zeros(1, T, dtype=torch.long, device=self._plan.device)
             self._calls[T] = self._own_forward(dummy)[1]
         return self._calls[T]
 
@@ -140,25 +157,27 @@ class HFWindowedLM(nn.Module):
             raise ValueError(f"sequence length {T} exceeds this model's evaluation seq_len={self._seq_len}")
 
     @torch.no_grad()
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        self._check_length(idx.shape[1])
-        _, calls, x = self._own_forward(idx)
-        self._calls.setdefault(idx.shape[1], calls)
+    def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        self._check_length(start + idx.shape[1])
+        _, calls, x = self._own_forward(idx, start=start)
+        if not start:
+            self._calls.setdefault(idx.shape[1], calls)
         return x
 
     @torch.no_grad()
     def run_layers(
         self, x: torch.Tensor, plan: torch.Tensor, start: int = 0, end: int | None = None, backend: str = "auto",
-        residuals: list[torch.Tensor] | None = None,
+        residuals: list[torch.Tensor] | None = None, cache: Sequence[LayerCache] | None = None,
     ) -> torch.Tensor:
-        self._check_length(x.shape[1])
-        calls = self._layer_calls(x.shape[1])
+        first = 0 if cache is None else cache[start].start  # position of x's first row
+        self._check_length(first + x.shape[1])
+        calls = self._layer_calls(x.shape[1], first)
         windows = plan.tolist()
         for layer in range(start, self._n_layer if end is None else end):
             if residuals is not None:
                 residuals.append(x)
             args, kwargs = calls[layer]
-            token = CURRENT.set(LayerCall(tuple(windows[layer]), backend))
+            token = CURRENT.set(LayerCall(tuple(windows[layer]), backend, cache=None if cache is None else cache[layer]))
             try:
                 out = self._layers[layer](x, *args, **kwargs)
             finally:

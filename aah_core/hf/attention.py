@@ -19,6 +19,7 @@ import torch
 
 from aah_core.attention import windowed_attention
 from aah_core.errors import CheckpointError
+from aah_core.model_api import LayerCache
 
 ATTN_IMPLEMENTATION = "aah_windowed"
 
@@ -31,6 +32,7 @@ class LayerCall:
     windows: tuple[int, ...]
     backend: str = "auto"
     capture: bool = False
+    cache: LayerCache | None = None  # generation: the layer's KV cache attends instead
 
 
 class Captured(Exception):
@@ -66,8 +68,10 @@ def windowed_attention_forward(
     if softcap is not None:
         raise CheckpointError("attention logit soft-capping (e.g. Gemma 2) is not supported by windowed_attention")
     H, D = query.shape[1], query.shape[-1]
-    key, value = repeat_kv_heads(key, H), repeat_kv_heads(value, H)
     scale = D**-0.5 if scaling is None else float(scaling)
+    if call.cache is not None:  # the cache keeps the kv heads (not repeated) and applies the windows
+        return call.cache.attend(query, key, value, scale).transpose(1, 2).contiguous(), None
+    key, value = repeat_kv_heads(key, H), repeat_kv_heads(value, H)
     if call.capture:  # q rescaled so that the default 1/sqrt(D) gives this layer's own scores
         raise Captured(query * (scale * math.sqrt(D)), key)
     out = windowed_attention(query, key, value, call.windows, backend=call.backend, scale=scale)  # (B, H, T, D)
