@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export AAH_API_PORT ?= 8000
 export AAH_UI_PORT ?= 8501
 
-.PHONY: setup browser test bench demo demo-model clean
+.PHONY: setup browser postgres test bench demo demo-model clean
 
 setup: $(STAMP)
 
@@ -31,7 +31,15 @@ browser:
 	    || echo "warning: could not install chromium; browser tests will be skipped"; \
 	  else echo "warning: not root, chromium not installed; browser tests will be skipped"; fi; fi
 
-test: setup browser
+# Debian's PostgreSQL server binaries for the PostgreSQL store tests (tests/postgres.py starts a
+# throwaway server from them; the tests never use the packaged cluster). Needs root; skipped otherwise.
+postgres:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+	    || echo "warning: could not install postgresql; PostgreSQL store tests will be skipped"; \
+	  else echo "warning: not root, postgresql not installed; PostgreSQL store tests will be skipped"; fi; fi
+
+test: setup browser postgres
 	$(PY) -m pytest -q -x --durations=15; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 bench: setup

@@ -35,7 +35,7 @@ METRICS_CACHE_ITEMS = 256  # serialised metric responses kept (a few MB at most 
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(settings.db_path)
+    engine = make_engine(settings.db_url)
     migrate.upgrade(engine)
     sessions = make_session_factory(engine)
     with transaction(sessions) as s:

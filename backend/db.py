@@ -1,7 +1,8 @@
-"""SQLite engine and sessions: WAL, foreign keys and a busy timeout on every connection.
+"""Engine and sessions for the run store: a SQLite file (the default) or PostgreSQL.
 
-WAL lets one writer (a training worker's metrics sink, or the API) and many readers work
-at once; ``busy_timeout`` makes a second writer wait for the lock instead of failing.
+SQLite gets WAL, foreign keys and a busy timeout on every connection: WAL lets one writer (a
+training worker's metrics sink, or the API) and many readers work at once; ``busy_timeout``
+makes a second writer wait for the lock instead of failing. PostgreSQL needs none of that.
 """
 
 from __future__ import annotations
@@ -12,11 +13,33 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
 
 logger = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 30_000
+SUPPORTED_DATABASES = ("sqlite", "postgresql")
+POOL = {"pool_size": 20, "max_overflow": 40}
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def parse_database_url(url: str) -> URL:
+    """A store URL, checked: SQLite or PostgreSQL (a bare ``postgresql://`` means psycopg 3)."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):  # their messages repeat the URL, which may hold a password
+        raise ValueError("not a SQLAlchemy URL (e.g. postgresql+psycopg://user:pass@host:5432/aah)") from None
+    backend = parsed.get_backend_name()
+    if backend not in SUPPORTED_DATABASES:
+        raise ValueError(f"unsupported database {backend!r}: the store runs on {' or '.join(SUPPORTED_DATABASES)}")
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
 
 
 def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001 (DB-API objects)
@@ -30,17 +53,18 @@ def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001 (DB-API objects)
     cur.close()
 
 
-def make_engine(db_path: Path) -> Engine:
-    """An engine on ``db_path`` (created if missing) with the pragmas above."""
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(
-        f"sqlite:///{db_path}",
-        connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
-        pool_size=20,
-        max_overflow=40,
-    )
+def make_engine(target: str | Path) -> Engine:
+    """An engine on a store URL, or on a SQLite file path (created if missing, pragmas above)."""
+    url = parse_database_url(sqlite_url(target) if isinstance(target, Path) else target)
+    if url.get_backend_name() == "postgresql":
+        return create_engine(url, pool_pre_ping=True, **POOL)
+    if url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+                           **POOL)
     event.listen(engine, "connect", _on_connect)
     return engine
+
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

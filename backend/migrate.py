@@ -27,24 +27,28 @@ def upgrade(engine: Engine) -> None:
 
 
 def migrate(engine: Engine, target: str, down: bool = False) -> None:
-    """Upgrade (or downgrade) the database to revision `target`, keeping every row.
+    """Upgrade (or downgrade) the database to revision `target`, keeping every row, in one transaction.
 
     SQLite rebuilds a table to alter it (drop + copy). With foreign keys on, dropping ``runs``
-    would cascade into params and metrics and silently delete them, so the migrations run with
-    foreign keys off (the pragma only takes effect outside a transaction), in one transaction
-    that is rolled back if ``foreign_key_check`` finds any dangling reference afterwards.
+    would cascade into params and metrics and silently delete them, so on SQLite the migrations
+    run with foreign keys off (the pragma only takes effect outside a transaction), and the
+    transaction is rolled back if ``foreign_key_check`` finds any dangling reference afterwards.
+    PostgreSQL alters tables in place and its DDL is transactional: nothing else is needed.
     """
     config = alembic_config()
+    sqlite = engine.dialect.name == "sqlite"
     with engine.connect() as conn:
-        conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
-        conn.commit()  # end SQLAlchemy's autobegun transaction (the driver never opened one)
+        if sqlite:
+            conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            conn.commit()  # end SQLAlchemy's autobegun transaction (the driver never opened one)
         try:
             with conn.begin():
                 config.attributes["connection"] = conn
                 (command.downgrade if down else command.upgrade)(config, target)
-                dangling = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                dangling = conn.exec_driver_sql("PRAGMA foreign_key_check").all() if sqlite else []
                 if dangling:
                     raise RuntimeError(f"migration left dangling references {dangling[:5]}; rolled back")
         finally:
-            conn.exec_driver_sql("PRAGMA foreign_keys=ON")
-            conn.commit()
+            if sqlite:
+                conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+                conn.commit()

@@ -12,6 +12,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aah_core.shipped import shipped_data_dir
+from backend.db import parse_database_url, sqlite_url
 
 # The demo checkpoint shipped with the package (the checkout's data/demo, or the installed copy).
 SHIPPED_DEMO_DIR = shipped_data_dir() / "demo"
@@ -20,9 +21,15 @@ SHIPPED_DEMO_DIR = shipped_data_dir() / "demo"
 class Settings(BaseSettings):
     """Everything the service can be told from outside. Env names are AAH_<FIELD>."""
 
-    model_config = SettingsConfigDict(env_prefix="AAH_", extra="ignore")
+    # hide_input_in_errors: a bad AAH_DATABASE_URL or token must not be echoed into logs
+    model_config = SettingsConfigDict(env_prefix="AAH_", extra="ignore", hide_input_in_errors=True)
 
     data_dir: Path = Field(Path("./data"), description="SQLite store, checkpoints and job outputs live here.")
+    database_url: SecretStr | None = Field(
+        None,
+        description="SQLAlchemy URL of the run store, e.g. postgresql+psycopg://user:pass@host/db. "
+        "Default: the SQLite file aah.db in the data dir.",
+    )
     api_token: SecretStr | None = Field(
         None, description="When set, POST/PUT/PATCH/DELETE need 'Authorization: Bearer <token>'. "
         "Set it whenever the port is reachable by anyone else."
@@ -47,9 +54,24 @@ class Settings(BaseSettings):
     def _absolute(cls, value: Path) -> Path:
         return value.expanduser().resolve()
 
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and value.get_secret_value():
+            parse_database_url(value.get_secret_value())
+        return value
+
     @property
     def db_path(self) -> Path:
+        """The default store: a SQLite file in the data dir (used when no database_url is set)."""
         return self.data_dir / "aah.db"
+
+    @property
+    def db_url(self) -> str:
+        """The run store's SQLAlchemy URL: ``database_url``, else the SQLite file ``db_path``."""
+        if self.database_url is not None and self.database_url.get_secret_value():
+            return self.database_url.get_secret_value()
+        return sqlite_url(self.db_path)
 
     @property
     def ui_origins(self) -> list[str]:

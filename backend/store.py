@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import func, select, update
-from sqlalchemy.dialects.sqlite import insert
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from aah_core.windows import JsonPlan, plan_to_json
@@ -24,7 +24,6 @@ from backend.models import ACTIVE_STATUSES, Experiment, LatestMetric, Metric, Pa
 from backend.schemas import MetricSeries, Progress, RunPublic
 
 MetricRow = tuple[str, int, float, float]  # key, step, value, timestamp (epoch seconds)
-_CHUNK = 400  # rows per INSERT: stays under SQLite's bound-parameter limit
 
 
 def now_ms() -> int:
@@ -43,6 +42,11 @@ def split_value(value: float) -> tuple[float | None, str | None]:
     if math.isinf(value):
         return None, "inf" if value > 0 else "-inf"
     return value, None
+
+
+def _upsert(s: Session):  # noqa: ANN202 - the dialect's insert(), which has on_conflict_do_update
+    """INSERT ... ON CONFLICT for the session's database (SQLite and PostgreSQL spell it alike)."""
+    return (postgresql if s.get_bind().dialect.name == "postgresql" else sqlite).insert
 
 
 # ---- experiments and runs ----------------------------------------------------------------
@@ -215,16 +219,17 @@ def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
         records.append(rec)
         if key not in newest or rec["step"] >= newest[key]["step"]:
             newest[key] = rec
-    for i in range(0, len(records), _CHUNK):
-        s.execute(insert(Metric), records[i:i + _CHUNK])
-    latest = list(newest.values())
-    for i in range(0, len(latest), _CHUNK):
-        stmt = insert(LatestMetric).values(latest[i:i + _CHUNK])
-        s.execute(stmt.on_conflict_do_update(
-            index_elements=["run_id", "key"],
-            set_={c: stmt.excluded[c] for c in ("step", "value", "special", "timestamp")},
-            where=stmt.excluded.step >= LatestMetric.step,
-        ))
+    if not records:
+        return 0
+    # one executemany per table and batch: the driver sends the rows with one prepared statement
+    conn = s.connection()
+    conn.execute(Metric.__table__.insert(), records)
+    stmt = _upsert(s)(LatestMetric)
+    conn.execute(stmt.on_conflict_do_update(
+        index_elements=["run_id", "key"],
+        set_={c: stmt.excluded[c] for c in ("step", "value", "special", "timestamp")},
+        where=stmt.excluded.step >= LatestMetric.step,
+    ), list(newest.values()))
     return len(records)
 
 
@@ -301,9 +306,9 @@ def log_plan(s: Session, run_id: int, step: int, windows: list[list[int | None]]
     """Store a run's plan at ``step`` (replacing one already stored at that step)."""
     rows = [{"run_id": run_id, "step": int(step), "layer": layer, "head": head, "window": w}
             for layer, row in enumerate(windows) for head, w in enumerate(row)]
-    stmt = insert(WindowAssignment).values(rows)
+    stmt = _upsert(s)(WindowAssignment)
     s.execute(stmt.on_conflict_do_update(index_elements=["run_id", "step", "layer", "head"],
-                                         set_={"window": stmt.excluded.window}))
+                                         set_={"window": stmt.excluded.window}), rows)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Alembic environment. The service calls ``backend.migrate.upgrade`` at startup, which
 passes its own connection; the ``alembic`` CLI (``alembic -c backend/alembic.ini``) builds
-an engine from ``sqlalchemy.url`` or ``AAH_DATA_DIR``."""
+an engine from ``AAH_DATABASE_URL`` (default: ``aah.db`` in ``AAH_DATA_DIR``)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def run_migrations_online() -> None:
     from backend.db import make_engine
     from backend.settings import Settings
 
-    engine = make_engine(Settings().db_path)
+    engine = make_engine(Settings().db_url)
     with engine.connect() as conn:
         _run(conn)
     engine.dispose()

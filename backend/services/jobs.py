@@ -89,10 +89,10 @@ class JobManager:
         out = self.settings.data_dir / "runs" / str(run_id)
         out.mkdir(parents=True, exist_ok=True)
         log_path = out / "worker.log"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
-                                                                          os.environ.get("PYTHONPATH")]))}
-        cmd = [sys.executable, "-m", "backend.worker", "--db", str(self.settings.db_path), "--run-id", str(run_id),
-               "--data-dir", str(self.settings.data_dir)]
+        # the store URL goes through the environment: a PostgreSQL password must not show in `ps`
+        env = {**os.environ, "AAH_DATABASE_URL": self.settings.db_url,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+        cmd = [sys.executable, "-m", "backend.worker", "--run-id", str(run_id), "--data-dir", str(self.settings.data_dir)]
         with log_path.open("ab") as log:
             process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=env, cwd=str(REPO_ROOT), start_new_session=True)

@@ -16,6 +16,7 @@ from aah_core.train import JsonlSink, train
 from aah_core.windows import validate_plan
 from backend.app import create_app
 from backend.settings import Settings
+from tests.conftest import database_url
 
 TINY_PLAN = [[4, None], [16, 8]]  # a non-trivial own plan: 2 layers x 2 heads, seq_len 64
 
@@ -39,8 +40,13 @@ def make_settings(data_dir: Path, demo_dir: Path | None, **overrides: object) ->
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory, tiny_demo: Path) -> Iterator[TestClient]:
-    """A module-wide app on its own temp store, seeded with the tiny demo and the paper tables."""
+def client(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+           tiny_demo: Path) -> Iterator[TestClient]:
+    """A module-wide app on its own temp store, seeded with the tiny demo and the paper tables.
+
+    The store is SQLite unless a module parametrizes this fixture over ``tests.conftest.DATABASES``.
+    """
     data_dir = tmp_path_factory.mktemp("data")
-    with TestClient(create_app(make_settings(data_dir, tiny_demo))) as c:
+    settings = make_settings(data_dir, tiny_demo, database_url=database_url(request, data_dir))
+    with TestClient(create_app(settings)) as c:
         yield c

@@ -1,4 +1,5 @@
-"""Runs, metrics, plans, compare, diff, views, the paper reference and demo seeding over HTTP."""
+"""Runs, metrics, plans, compare, diff, views, the paper reference and demo seeding over HTTP,
+on a SQLite and on a PostgreSQL store."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import pytest
 from backend import store
 from backend.db import transaction
 from tests.backend.conftest import TINY_PLAN
+from tests.conftest import DATABASES
 
 API = "/api/v1"
 PAPER = "paper (reported)"
+pytestmark = pytest.mark.parametrize("client", DATABASES, indirect=True, scope="module")
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +29,11 @@ def logged_run(client) -> int:
         store.log_plan(s, run_id, 5, [[64, 64], [64, 64]])
         store.log_plan(s, run_id, 10, [[4, None], [16, 8]])
     return run_id
+
+
+def test_the_store_is_the_parametrized_database(client, request):
+    engine = client.app.state.sessions.kw["bind"]
+    assert engine.dialect.name == request.node.callspec.params["client"]
 
 
 def test_health(client):

@@ -1,5 +1,5 @@
 """The store under load and at its edges: one writer + 8 readers, non-finite values, params,
-and migrations that match the ORM models."""
+and migrations that match the ORM models, each on SQLite and on PostgreSQL (``store_url``)."""
 
 from __future__ import annotations
 
@@ -11,29 +11,54 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import delete, func, select, text
+from pydantic import ValidationError
+from sqlalchemy import delete, func, inspect, select, text
 
 from backend import store
-from backend.db import make_engine, make_session_factory, transaction
+from backend.db import make_engine, make_session_factory, parse_database_url, transaction
 from backend.errors import Conflict
-from backend.migrate import alembic_config, upgrade
+from backend.migrate import alembic_config, migrate, upgrade
 from backend.models import Base, Metric, Run
+from backend.settings import Settings
 from backend.sink import SqliteMetricsSink
 
 
 @pytest.fixture
-def sessions(tmp_path):
-    engine = make_engine(tmp_path / "aah.db")
+def sessions(store_url):
+    engine = make_engine(store_url)
     upgrade(engine)
     yield make_session_factory(engine)
     engine.dispose()
 
 
-def test_pragmas(sessions):
-    with sessions() as s:
-        assert s.execute(text("PRAGMA journal_mode")).scalar() == "wal"
-        assert s.execute(text("PRAGMA foreign_keys")).scalar() == 1
-        assert s.execute(text("PRAGMA busy_timeout")).scalar() == 30000
+def _head() -> str:
+    (head,) = ScriptDirectory.from_config(alembic_config()).get_heads()
+    return head
+
+
+def _tables(engine) -> set[str]:
+    return set(inspect(engine).get_table_names())
+
+
+def test_sqlite_pragmas(tmp_path):
+    engine = make_engine(tmp_path / "aah.db")
+    with engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
+        assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 30000
+    engine.dispose()
+
+
+def test_database_url_setting(tmp_path):
+    assert Settings(data_dir=tmp_path).db_url == f"sqlite:///{tmp_path / 'aah.db'}"
+    url = "postgresql://aah:secret@db.example:5432/aah"
+    assert Settings(data_dir=tmp_path, database_url=url).db_url == url
+    assert parse_database_url(url).drivername == "postgresql+psycopg"  # psycopg 3, the pinned driver
+    for bad, message in (("mysql://u:secret@h/db", "unsupported database 'mysql'"),
+                         ("not a url", "not a SQLAlchemy URL"), ("postgresql://u:secret@h:port/db", "not a SQL")):
+        with pytest.raises(ValidationError, match=message) as info:
+            Settings(data_dir=tmp_path, database_url=bad)
+        assert "secret" not in str(info.value)  # a password never reaches an error message
 
 
 def test_migrations_match_the_models(sessions):
@@ -42,29 +67,42 @@ def test_migrations_match_the_models(sessions):
     assert diff == []
 
 
-def test_upgrade_is_idempotent(tmp_path):
-    engine = make_engine(tmp_path / "aah.db")
+def test_upgrade_is_idempotent(store_url):
+    engine = make_engine(store_url)
     upgrade(engine)
     upgrade(engine)
     with engine.connect() as conn:
-        head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == head
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == _head()
     engine.dispose()
 
 
-def test_upgrading_an_old_store_keeps_every_row(tmp_path):
-    """Rebuilding runs (0002, 0003) must not cascade into params, metrics or plans.
+def test_a_fresh_store_migrates_up_and_down(store_url):
+    engine = make_engine(store_url)
+    upgrade(engine)
+    assert _tables(engine) >= set(Base.metadata.tables)
+    migrate(engine, "base", down=True)
+    assert _tables(engine) <= {"alembic_version"}
+    upgrade(engine)
+    with transaction(make_session_factory(engine)) as s:
+        run_id = store.create_run(s, name="again", experiment="e")
+        store.log_metrics(s, run_id, [("loss", 1, 2.0, 1.0)])
+        assert store.read_metrics(s, run_id)["loss"].value == [2.0]
+    engine.dispose()
+
+
+def test_upgrading_an_old_store_keeps_every_row(store_url):
+    """Rebuilding runs (0002, 0003 on SQLite) must not cascade into params, metrics or plans.
 
     The rows are written with SQL of the 0001 schema: today's ORM models have columns that
     the old tables lack."""
-    engine = make_engine(tmp_path / "aah.db")
+    engine = make_engine(store_url)
     config = alembic_config()
     with engine.begin() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "0001")
-        conn.execute(text("INSERT INTO experiments (id, name, read_only, created_at) VALUES (1, 'e', 0, 0)"))
+        conn.execute(text("INSERT INTO experiments (id, name, read_only, created_at) VALUES (1, 'e', false, 0)"))
         conn.execute(text("INSERT INTO runs (id, name, experiment_id, status, created_at, read_only) "
-                          "VALUES (1, 'old', 1, 'FINISHED', 0, 0)"))
+                          "VALUES (1, 'old', 1, 'FINISHED', 0, false)"))
         conn.execute(text("INSERT INTO params (run_id, key, value) VALUES (1, 'lr', '0.1')"))
         conn.execute(text("INSERT INTO metrics (run_id, key, step, value, timestamp) VALUES (1, 'loss', 1, 2.0, 1.0)"))
         conn.execute(text("INSERT INTO window_plans (run_id, step, layer, head, window) "
@@ -77,7 +115,9 @@ def test_upgrading_an_old_store_keeps_every_row(tmp_path):
         assert store.get_run(s, run_id).params == {"lr": "0.1"}
         assert store.read_metrics(s, run_id)["loss"].value == [2.0]
         assert store.read_plan(s, run_id).windows == [[4, None]]
-        assert s.execute(text("PRAGMA foreign_keys")).scalar() == 1
+        if engine.dialect.name == "sqlite":
+            if engine.dialect.name == "sqlite":
+            assert s.execute(text("PRAGMA foreign_keys")).scalar() == 1
     engine.dispose()
 
 

@@ -156,7 +156,7 @@ def _healthcheck_url(service: dict) -> tuple[str, str]:
 
 def test_compose_has_api_and_ui_from_one_image(compose) -> None:
     services = compose["services"]
-    assert set(services) == {"api", "ui"}
+    assert set(services) == {"api", "ui", "postgres"}
     assert services["api"]["image"] == services["ui"]["image"]
     assert services["api"]["build"] == services["ui"]["build"]
     assert services["api"]["build"]["context"] == "."
@@ -203,6 +203,17 @@ def test_compose_environment_names_are_read_by_the_code(compose) -> None:
         if name.startswith("AAH_"):
             assert f'"{name}"' in frontend, f"the dashboard does not read {name}"
     assert compose["services"]["ui"]["environment"]["AAH_API_TOKEN"] == "${AAH_API_TOKEN:-}"
+
+
+def test_compose_postgres_is_an_optional_profile(compose) -> None:
+    api, pg = compose["services"]["api"], compose["services"]["postgres"]
+    assert pg["profiles"] == ["postgres"], "SQLite stays the default: PostgreSQL only with --profile postgres"
+    assert api["depends_on"]["postgres"] == {"condition": "service_healthy", "required": False}
+    assert api["environment"]["AAH_DATABASE_URL"] == "${AAH_DATABASE_URL:-}"  # empty: SQLite in /data
+    documented = re.search(r"AAH_DATABASE_URL=(\S+)", (ROOT / "docker-compose.yml").read_text()).group(1)
+    user, db = pg["environment"]["POSTGRES_USER"], pg["environment"]["POSTGRES_DB"]
+    assert documented == f"postgresql+psycopg://{user}:$AAH_PG_PASSWORD@postgres:{pg['expose'][0]}/{db}"
+    assert pg["volumes"][0].split(":")[0] in compose["volumes"]
 
 
 # -- Makefile and `aah serve` ---------------------------------------------------------------------

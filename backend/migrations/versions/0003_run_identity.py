@@ -56,7 +56,9 @@ def downgrade() -> None:
     op.drop_index("ux_runs_client_key", table_name="runs")
     op.drop_index("ix_runs_group_name", table_name="runs")
     op.drop_index("ix_runs_source", table_name="runs")
-    with op.batch_alter_table("runs", recreate="always", table_kwargs={"sqlite_autoincrement": True}) as batch:
+    # SQLite rebuilds the table for the dropped constraint; PostgreSQL alters it in place (recreating
+    # it there would fail: params, metrics and plans reference it)
+    with op.batch_alter_table("runs", table_kwargs={"sqlite_autoincrement": True}) as batch:
         batch.drop_constraint("ck_runs_source", type_="check")
         for column in ("client_key", "notes", "description", "seed", "group_name", "source"):
             batch.drop_column(column)
