@@ -105,7 +105,7 @@ def test_upgrading_an_old_store_keeps_every_row(store_url):
                           "VALUES (1, 'old', 1, 'FINISHED', 0, false)"))
         conn.execute(text("INSERT INTO params (run_id, key, value) VALUES (1, 'lr', '0.1')"))
         conn.execute(text("INSERT INTO metrics (run_id, key, step, value, timestamp) VALUES (1, 'loss', 1, 2.0, 1.0)"))
-        conn.execute(text("INSERT INTO window_plans (run_id, step, layer, head, window) "
+        conn.execute(text("INSERT INTO window_plans (run_id, step, layer, head, \"window\") "
                           "VALUES (1, 1, 0, 0, 4), (1, 1, 0, 1, NULL)"))
     run_id = 1
     upgrade(engine)
@@ -116,7 +116,6 @@ def test_upgrading_an_old_store_keeps_every_row(store_url):
         assert store.read_metrics(s, run_id)["loss"].value == [2.0]
         assert store.read_plan(s, run_id).windows == [[4, None]]
         if engine.dialect.name == "sqlite":
-            if engine.dialect.name == "sqlite":
             assert s.execute(text("PRAGMA foreign_keys")).scalar() == 1
     engine.dispose()
 
