@@ -48,6 +48,10 @@ class Settings(BaseSettings):
     max_loaded_models: int = Field(4, ge=1, description="Checkpoints kept in memory at once (LRU).")
     job_grace_s: float = Field(10.0, ge=0, description="Seconds a cancelled worker gets before it is killed.")
     torch_threads: int | None = Field(None, ge=1, description="torch.set_num_threads for evaluation.")
+    corpus_dirs: str = Field(
+        "", description="Folders (separated by ':' or ',') that training jobs may read corpora and tokenizer "
+        "folders from, besides the data dir. Nothing outside these roots is ever read for a job."
+    )
 
     @field_validator("data_dir")
     @classmethod
@@ -76,6 +80,12 @@ class Settings(BaseSettings):
     @property
     def ui_origins(self) -> list[str]:
         return [o.strip() for o in self.ui_origin.split(",") if o.strip()]
+
+    @property
+    def path_roots(self) -> list[Path]:
+        """Where user-given corpus and tokenizer paths may point: the data dir, then AAH_CORPUS_DIRS."""
+        extra = [p.strip() for p in self.corpus_dirs.replace(",", ":").split(":") if p.strip()]
+        return [self.data_dir, *(Path(p).expanduser().resolve() for p in extra)]
 
     def token(self) -> str | None:
         """The API token, or None when mutating endpoints are open."""

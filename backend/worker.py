@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 from aah_core.config import RunConfig
+from aah_core.errors import InvalidConfig
+from aah_core.paths import confine_data_paths
 from aah_core.train import train
 from backend import store
 from backend.db import make_engine, make_session_factory, transaction
@@ -24,11 +26,19 @@ from backend.sink import SqliteMetricsSink
 logger = logging.getLogger("backend.worker")
 
 
-def run_job(db_url: str, run_id: int, data_dir: Path) -> int:
+def run_job(db_url: str, run_id: int, data_dir: Path, roots: list[Path] | None = None) -> int:
     engine = make_engine(db_url)
     sessions = make_session_factory(engine)
-    with transaction(sessions) as s:
-        config = RunConfig.from_dict(store.run_config(s, run_id) or {})
+    try:  # the service checked the paths when it accepted the job; check again (symlinks may have moved)
+        with transaction(sessions) as s:
+            config = confine_data_paths(RunConfig.from_dict(store.run_config(s, run_id) or {}),
+                                        [data_dir, *(roots or [])])
+    except InvalidConfig as exc:
+        with transaction(sessions) as s:
+            store.end_run(s, run_id, "FAILED", str(exc))
+        engine.dispose()
+        logger.error("run %d refused: %s", run_id, exc)
+        return 1
     sink = SqliteMetricsSink(sessions, run_id, data_dir, config.model.seq_len)
     signal.signal(signal.SIGTERM, lambda *_: sink.request_stop())
     signal.signal(signal.SIGINT, lambda *_: sink.request_stop())
@@ -48,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--run-id", type=int, required=True)
     parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--root", type=Path, action="append", default=[],
+                        help="a folder (besides the data dir) that corpora and tokenizers may come from")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     data_dir = args.data_dir.resolve()
-    return run_job(Settings(data_dir=data_dir).db_url, args.run_id, data_dir)
+    return run_job(Settings(data_dir=data_dir).db_url, args.run_id, data_dir, [r.resolve() for r in args.root])
 
 
 if __name__ == "__main__":

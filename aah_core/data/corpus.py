@@ -40,7 +40,9 @@ def _read_documents(source: str) -> tuple[list[tuple[str, str]], str]:
     if path.is_file():
         return [(path.name, path.read_text(encoding="utf-8", errors="replace"))], path.name
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".txt", ".md", ".py", ".rst"))
+        root = path.resolve()  # files are read only from inside the folder: symlinks that leave it are skipped
+        files = sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".md", ".py", ".rst") and p.is_file()
+                       and p.resolve().is_relative_to(root))
         if not files:
             raise InvalidConfig(f"data.corpus folder {str(path)!r} holds no .txt/.md/.py/.rst files")
         return [(str(p.relative_to(path)), p.read_text(encoding="utf-8", errors="replace")) for p in files], path.name

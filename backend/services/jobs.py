@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from aah_core.errors import AAHError
 from aah_core.config import apply_overrides
+from aah_core.paths import confine_data_paths
 from aah_core.presets import get_preset
 from backend import store
 from backend.db import transaction
@@ -57,6 +58,7 @@ class JobManager:
     def start(self, body: RunCreate) -> RunPublic:
         try:
             config = apply_overrides(get_preset(body.preset), dict(body.overrides))
+            config = confine_data_paths(config, self.settings.path_roots)
         except AAHError as exc:
             raise InvalidInput(f"overrides: {exc}") from None
         except (ValueError, TypeError, OverflowError) as exc:
@@ -93,6 +95,7 @@ class JobManager:
         env = {**os.environ, "AAH_DATABASE_URL": self.settings.db_url,
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
         cmd = [sys.executable, "-m", "backend.worker", "--run-id", str(run_id), "--data-dir", str(self.settings.data_dir)]
+        cmd += [arg for root in self.settings.path_roots[1:] for arg in ("--root", str(root))]
         with log_path.open("ab") as log:
             process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=env, cwd=str(REPO_ROOT), start_new_session=True)

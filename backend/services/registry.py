@@ -22,8 +22,9 @@ from aah_core.checkpoint import CheckpointInfo, load_checkpoint, read_checkpoint
 from aah_core.data import DataStream, EvalBatch, Tokenizer
 from aah_core.errors import AAHError, CheckpointError
 from aah_core.evaluate import PrefixCachedEvaluator
-from aah_core.windows import encode_window
 from aah_core.model_api import WindowedLM
+from aah_core.paths import confine_data_paths
+from aah_core.windows import encode_window
 from backend import catalog
 from backend.db import transaction
 from backend.errors import InvalidInput, NotFound, Unavailable
@@ -178,7 +179,9 @@ class Registry:
             info = self._info_from_files(entry)
             try:
                 ckpt = load_checkpoint(self.resolve(entry.path))
-                stream = DataStream(ckpt.config.data, ckpt.config.model.seq_len)
+                # its texts are served: its corpus must lie under the allowed roots like a job's
+                data = confine_data_paths(ckpt.config, self.settings.path_roots).data
+                stream = DataStream(data, ckpt.config.model.seq_len)
             except (CheckpointError, AAHError, ValueError, OSError) as exc:
                 raise Unavailable(f"model {model_id!r} cannot be loaded: {exc}") from None
             loaded = LoadedModel(model_id, ckpt.model, info, stream)

@@ -86,9 +86,10 @@ def test_a_job_runs_to_the_end_and_its_model_is_served(jobs_client):
 
 
 def test_a_crashing_job_ends_failed_with_its_error(jobs_client):
-    r = jobs_client.post(f"{API}/runs", json={"preset": "tiny", "overrides": {**TINY, "data.corpus": "/nonexistent.txt"}})
+    (jobs_client.app.state.settings.data_dir / "tiny.txt").write_text("too short to split")
+    r = jobs_client.post(f"{API}/runs", json={"preset": "tiny", "overrides": {**TINY, "data.corpus": "tiny.txt"}})
     run = _wait(jobs_client, r.json()["id"], lambda r: r["status"] not in ("SCHEDULED", "RUNNING"))
-    assert run["status"] == "FAILED" and "nonexistent" in run["error"]
+    assert run["status"] == "FAILED" and "too small to split" in run["error"]
 
 
 def test_a_worker_that_cannot_start_is_503_and_its_run_fails(jobs_client, monkeypatch):

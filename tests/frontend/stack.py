@@ -49,7 +49,7 @@ class Stack:
     log_dir: Path
 
 
-def _wait(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+def wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -63,7 +63,7 @@ def _wait(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
     raise RuntimeError(f"{url} did not answer within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_process(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -71,6 +71,26 @@ def _stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=5)
+
+
+def api_command(port: int, host: str = "127.0.0.1") -> list[str]:
+    """The API's command line, as the launchers run it."""
+    return [sys.executable, "-m", "uvicorn", "backend.app:app", "--host", host, "--port", str(port)]
+
+
+@contextlib.contextmanager
+def running_api(data: Path, log: Path, env: dict[str, str] | None = None, timeout: float = 120.0) -> Iterator[str]:
+    """Only the API, on a free loopback port with ``data`` as its data dir; yields its base URL."""
+    port = free_port()
+    full_env = {k: v for k, v in os.environ.items() if k != "AAH_API_TOKEN"}
+    full_env.update({"AAH_DATA_DIR": str(data), "PYTHONPATH": str(ROOT), **(env or {})})
+    proc = subprocess.Popen(api_command(port), cwd=ROOT, env=full_env, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/api/v1/health", proc, log, timeout)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
 
 
 @contextlib.contextmanager
@@ -87,20 +107,20 @@ def running_stack(work: Path, timeout: float = 120.0) -> Iterator[Stack]:
     try:
         api_log = logs / "api.log"
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "backend.app:app", "--host", "127.0.0.1", "--port", str(api_port)],
-            cwd=ROOT, env=env, stdout=api_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True))
+            api_command(api_port), cwd=ROOT, env=env, stdout=api_log.open("w"), stderr=subprocess.STDOUT,
+            start_new_session=True))
         ui_log = logs / "ui.log"
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "frontend/app.py", "--server.headless", "true",
              "--server.port", str(ui_port), "--server.address", "127.0.0.1",
              "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
             cwd=ROOT, env=env, stdout=ui_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True))
-        _wait(f"{api_url}/api/v1/health", procs[0], api_log, timeout)
-        _wait(f"{ui_url}/_stcore/health", procs[1], ui_log, timeout)
+        wait_ready(f"{api_url}/api/v1/health", procs[0], api_log, timeout)
+        wait_ready(f"{ui_url}/_stcore/health", procs[1], ui_log, timeout)
         yield Stack(api_url, ui_url, data, logs)
     finally:
         for p in procs:
-            _stop(p)
+            stop_process(p)
 
 
 @contextlib.contextmanager
