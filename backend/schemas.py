@@ -338,6 +338,8 @@ class CompareRequest(Request):
 class CompareRow(Response):
     run_id: int
     values: dict[str, float | None]
+    steps: dict[str, int | None] | None = Field(
+        None, description="with agg=at_step: the stored step each value was read at (the last one <= step)")
 
 
 class SeriesXY(Response):

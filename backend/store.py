@@ -289,14 +289,28 @@ def aggregate_metrics(s: Session, run_ids: Sequence[int], keys: Sequence[str], a
         query = select(Metric.run_id, Metric.key, fn(Metric.value)).where(
             Metric.run_id.in_(run_ids), Metric.key.in_(keys)).group_by(Metric.run_id, Metric.key)
     else:
-        last = (select(Metric.run_id, Metric.key, func.max(Metric.step).label("step"))
-                .where(Metric.run_id.in_(run_ids), Metric.key.in_(keys), Metric.step <= step)
-                .group_by(Metric.run_id, Metric.key).subquery())
+        last = _steps_at_or_before(run_ids, keys, step).subquery()
         query = select(Metric.run_id, Metric.key, Metric.value).join(
             last, (Metric.run_id == last.c.run_id) & (Metric.key == last.c.key) & (Metric.step == last.c.step)
         ).order_by(Metric.id)  # a repeated step: the row written last wins
     for run_id, key, value in s.execute(query):
         out[run_id][key] = value
+    return out
+
+
+def _steps_at_or_before(run_ids: Sequence[int], keys: Sequence[str], step: int | None):
+    return (select(Metric.run_id, Metric.key, func.max(Metric.step).label("step"))
+            .where(Metric.run_id.in_(run_ids), Metric.key.in_(keys), Metric.step <= step)
+            .group_by(Metric.run_id, Metric.key))
+
+
+def steps_at_or_before(s: Session, run_ids: Sequence[int], keys: Sequence[str],
+                       step: int) -> dict[int, dict[str, int | None]]:
+    """Per (run, key): the stored step that `aggregate_metrics(..., "at_step", step)` reads (the last
+    step <= ``step``), or None when the series starts later."""
+    out: dict[int, dict[str, int | None]] = {r: dict.fromkeys(keys) for r in run_ids}
+    for run_id, key, found in s.execute(_steps_at_or_before(run_ids, keys, step)):
+        out[run_id][key] = found
     return out
 
 

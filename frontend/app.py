@@ -16,6 +16,7 @@ import streamlit as st  # noqa: E402
 # Not "pages/": Streamlit runs a directory of that name as a legacy multipage app and never executes
 # this file (so no st.navigation, no page config). See docs/frontend.md.
 _PAGES = Path(__file__).resolve().parent / "app_pages"
+_ICON = Path(__file__).resolve().parent / "icon.png"
 PAGES = [
     ("editor", "Window editor", ":material/grid_on:"),
     ("attention", "Attention", ":material/blur_on:"),
@@ -29,7 +30,8 @@ PAGES = [
 def run() -> None:
     # the URL for links; session state for the run right after the Present button (the URL follows)
     presenting = "present" in (st.query_params.get("mode"), st.session_state.get("present.mode"))
-    st.set_page_config(page_title="AAH Studio", page_icon=":material/grid_on:", layout="wide",
+    # a local file: a ":material/...:" page icon makes the browser fetch the favicon from a font CDN
+    st.set_page_config(page_title="AAH Studio", page_icon=str(_ICON), layout="wide",
                        initial_sidebar_state="collapsed" if presenting else "auto")
     pages = [st.Page(str(_PAGES / f"{name}.py"), title=title, icon=icon, url_path=name, default=(i == 0))
              for i, (name, title, icon) in enumerate(PAGES)]

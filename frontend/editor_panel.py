@@ -69,18 +69,27 @@ def cell_editor(model: dict, hist: H.PlanHistory) -> None:
              key=wkey, on_change=_on_cell, args=(hist, wkey, layer, head))
 
 
+def _on_bulk(hist: H.PlanHistory, what: str) -> None:
+    """Set a whole layer or head index from the bulk widgets' current values. A callback, so the
+    history (Undo, the caption) already holds the edit when the panel draws."""
+    if what == "layer":
+        index, w = st.session_state["editor._bulk_layer"], st.session_state["editor._bulk_lw"]
+        _commit(hist, P.set_layer(hist.current, index, P.parse_window(w)))
+    else:
+        index, w = st.session_state["editor._bulk_head"], st.session_state["editor._bulk_hw"]
+        _commit(hist, P.set_head(hist.current, index, P.parse_window(w)))
+
+
 def bulk_editor(model: dict, hist: H.PlanHistory) -> None:
     """Set a whole layer or a whole head index at once."""
     opts = labels(model, hist.current)
     c1, c2, c3, c4 = st.columns([1, 1, 1, 1])
-    layer = c1.selectbox("Whole layer", list(range(model["n_layer"])), key="editor._bulk_layer")
-    w = c2.selectbox("to window", opts, key="editor._bulk_lw")
-    if c2.button("Set layer", key="editor._set_layer"):
-        _commit(hist, P.set_layer(hist.current, layer, P.parse_window(w)))
-    head = c3.selectbox("Whole head index", list(range(model["n_head"])), key="editor._bulk_head")
-    wh = c4.selectbox("to window ", opts, key="editor._bulk_hw")
-    if c4.button("Set head", key="editor._set_head"):
-        _commit(hist, P.set_head(hist.current, head, P.parse_window(wh)))
+    c1.selectbox("Whole layer", list(range(model["n_layer"])), key="editor._bulk_layer")
+    c2.selectbox("to window", opts, key="editor._bulk_lw")
+    c2.button("Set layer", key="editor._set_layer", on_click=_on_bulk, args=(hist, "layer"))
+    c3.selectbox("Whole head index", list(range(model["n_head"])), key="editor._bulk_head")
+    c4.selectbox("to window ", opts, key="editor._bulk_hw")
+    c4.button("Set head", key="editor._set_head", on_click=_on_bulk, args=(hist, "head"))
 
 
 def preset_editor(model: dict, own: list, hist: H.PlanHistory, metric: str) -> None:
@@ -134,12 +143,10 @@ def _curve_key(model_id: str, metric: str) -> str:
 
 def history_buttons(hist: H.PlanHistory) -> None:
     c1, c2, c3, c4 = st.columns([1, 1, 1, 4])
-    if c1.button("↶ Undo", key="editor._undo", disabled=not hist.can_undo):
-        hist.undo()
-    if c2.button("↷ Redo", key="editor._redo", disabled=not hist.can_redo):
-        hist.redo()
-    if c3.button("Reset", key="editor._reset", help="back to the model's own plan (undoable)"):
-        hist.reset()
+    # callbacks: the change is made before anything is drawn, so the buttons and caption never lag
+    c1.button("↶ Undo", key="editor._undo", disabled=not hist.can_undo, on_click=hist.undo)
+    c2.button("↷ Redo", key="editor._redo", disabled=not hist.can_redo, on_click=hist.redo)
+    c3.button("Reset", key="editor._reset", help="back to the model's own plan (undoable)", on_click=hist.reset)
     n = sum(map(sum, P.changed_cells(hist.base, hist.current)))
     c4.caption(f"{n} head(s) differ from the model's own plan · step {hist.pos} of {len(hist.stack) - 1}")
 
@@ -147,7 +154,7 @@ def history_buttons(hist: H.PlanHistory) -> None:
 def grid(model: dict, hist: H.PlanHistory, layer: int, head: int) -> None:
     gkey = f"editor._grid.{hist.version}"
     st.caption("Window map: click a cell to pick that head · black: picked · red outline: changed vs own plan")
-    fig = F.window_grid_figure(hist.current, model.get("buckets") or [], selected=(layer, head),
+    fig = F.window_grid_figure(hist.current, selected=(layer, head),
                                changed=P.changed_cells(hist.base, hist.current), clickable=True)
     C.show_figure(fig, gkey, on_select=functools.partial(_on_grid_click, gkey), selection_mode="points")
 
@@ -173,10 +180,13 @@ def live_plot(model: dict, own_info: dict, result: dict, metric: str) -> None:
             with st.spinner("Running the allocator (the server evaluates candidate plans)..."):
                 res = api.call("allocate", model["id"], 0.1, metric=metric, eval_set=_eval_set())
             st.session_state[ckey] = res.get("curve", [])
-    with api.guard("loading runs for the coverage plot"):
-        runs = views.run_points(metric)
-        curve = [{"x": p[metric], "y": p["loss"]} for p in st.session_state.get(ckey) or []]
-        fig = F.loss_coverage_figure(metric, runs, curve,
-                                     live={"x": result[metric], "y": result["loss"]},
-                                     baseline={"x": own_info[metric], "y": result["baseline_loss"]})
-        C.show_figure(fig, "editor._lossplot")
+    curve = [{"x": p[metric], "y": p["loss"]} for p in st.session_state.get(ckey) or []]
+    fig = F.loss_coverage_figure(metric, result["eval_set"], curve, live={"x": result[metric], "y": result["loss"]},
+                                 baseline={"x": own_info[metric], "y": result["baseline_loss"]})
+    C.show_figure(fig, "editor._lossplot")
+    if st.toggle("Stored runs: val_loss vs coverage", key="editor._runs",
+                 help="a separate plot: a run's val_loss is measured on its own validation set"):
+        with api.guard("loading runs for the coverage plot"):
+            st.caption("Not on the plot above: a run's val_loss is measured on its own validation set, "
+                       f"not on eval set {result['eval_set']}. Runs are grouped by model shape.")
+            C.show_figure(F.runs_coverage_figure(metric, views.run_points(metric)), "editor._runsplot")

@@ -38,11 +38,16 @@ def _layout(fig: go.Figure, title: str | None, height: int | None = None, left: 
     return fig
 
 
-def _levels(plan: Plan, buckets: Sequence[Window]) -> list[Window]:
-    """Window values in display order: ascending integers, full last."""
-    values = {w for row in plan for w in row} | set(buckets)
-    ints = sorted(w for w in values if w is not None)
-    return ints + ([None] if None in values else [])
+# One window colour scale for every map: log2 of the window on a fixed range, so a colour means the
+# same window everywhere (16 is never yellow because it happens to be the widest window of one map).
+WINDOW_LOG2_MAX = 14  # windows from 1 to 16384 keys; wider integer windows take the 16384 colour
+FULL_Z = WINDOW_LOG2_MAX + 1  # full causal attention: the top colour, one step above the widest integer
+WINDOW_TICKS = list(range(0, WINDOW_LOG2_MAX + 1, 2)) + [FULL_Z]
+
+
+def window_z(w: Window) -> float:
+    """A window's position on the fixed colour scale: log2(w) clipped to [0, WINDOW_LOG2_MAX], full on top."""
+    return float(FULL_Z) if w is None else min(math.log2(max(int(w), 1)), float(WINDOW_LOG2_MAX))
 
 
 def _cell_rect(row: int, col: int, xref: str = "x", yref: str = "y", color: str = "#ff2d55",
@@ -51,17 +56,15 @@ def _cell_rect(row: int, col: int, xref: str = "x", yref: str = "y", color: str 
                 line=dict(color=color, width=width), fillcolor="rgba(0,0,0,0)")
 
 
-def _grid_trace(plan: Plan, levels: list[Window], show_scale: bool = True, hover_prefix: str = "") -> go.Heatmap:
+def _grid_trace(plan: Plan, show_scale: bool = True, hover_prefix: str = "") -> go.Heatmap:
     n_layer, n_head = len(plan), len(plan[0])
-    index = {w: i for i, w in enumerate(levels)}
-    z = [[index[w] for w in row] for row in plan]
+    z = [[window_z(w) for w in row] for row in plan]
     text = [[window_label(w) for w in row] for row in plan]
-    top = len(levels) - 1  # one level only (e.g. all full): it still takes the widest colour
     return go.Heatmap(
         z=z, x=list(range(n_head)), y=list(range(n_layer)), text=text, texttemplate="%{text}",
-        colorscale=GRID_SCALE, zmin=0 if top > 0 else -1, zmax=top, xgap=2, ygap=2, showscale=show_scale,
-        colorbar=dict(title="window", tickvals=list(range(len(levels))),
-                      ticktext=[window_label(w) for w in levels]),
+        colorscale=GRID_SCALE, zmin=0, zmax=FULL_Z, xgap=2, ygap=2, showscale=show_scale,
+        colorbar=dict(title="window (log₂)", tickvals=WINDOW_TICKS,
+                      ticktext=[FULL if z == FULL_Z else str(2 ** z) for z in WINDOW_TICKS]),
         hovertemplate=hover_prefix + "layer %{y}, head %{x}<br>window %{text}<extra></extra>",
     )
 
@@ -73,14 +76,15 @@ def _grid_axes(fig: go.Figure, n_layer: int, n_head: int, row: int | None = None
                      autorange="reversed", showgrid=False, zeroline=False, row=row, col=col)
 
 
-def window_grid_figure(plan: Plan, buckets: Sequence[Window] = (), *, changed: list[list[bool]] | None = None,
+def window_grid_figure(plan: Plan, *, changed: list[list[bool]] | None = None,
                        selected: tuple[int, int] | None = None, title: str | None = None,
                        clickable: bool = False) -> go.Figure:
-    """The layer x head window map: one cell per head coloured by its window (full = widest colour),
+    """The layer x head window map: one cell per head coloured by its window on the fixed log scale
+    (`window_z`, full = the top colour),
     layer 0 on top. `changed` cells are outlined in red, the `selected` cell in black. With `clickable`,
     an invisible marker sits on every cell: Plotly reports clicks on points, not on heatmap cells."""
     n_layer, n_head = len(plan), len(plan[0])
-    fig = go.Figure(_grid_trace(plan, _levels(plan, buckets)))
+    fig = go.Figure(_grid_trace(plan))
     if clickable:
         cells = [(l, h) for l in range(n_layer) for h in range(n_head)]
         fig.data[0].hoverinfo = "skip"
@@ -98,14 +102,12 @@ def window_grid_figure(plan: Plan, buckets: Sequence[Window] = (), *, changed: l
     return _layout(fig, title, height=max(220, 60 * n_layer + 90))
 
 
-def window_diff_figure(a: Plan, b: Plan, changed: list[list[bool]], buckets: Sequence[Window] = (),
-                       names: tuple[str, str] = ("A", "B")) -> go.Figure:
+def window_diff_figure(a: Plan, b: Plan, changed: list[list[bool]], names: tuple[str, str] = ("A", "B")) -> go.Figure:
     """Two window maps side by side on one colour scale, the cells that differ outlined in both."""
     n_layer, n_head = len(a), len(a[0])
-    levels = _levels(a + b, buckets)
     fig = make_subplots(rows=1, cols=2, subplot_titles=names, horizontal_spacing=0.12)
-    fig.add_trace(_grid_trace(a, levels, hover_prefix=f"{names[0]}: "), row=1, col=1)
-    fig.add_trace(_grid_trace(b, levels, show_scale=False, hover_prefix=f"{names[1]}: "), row=1, col=2)
+    fig.add_trace(_grid_trace(a, hover_prefix=f"{names[0]}: "), row=1, col=1)
+    fig.add_trace(_grid_trace(b, show_scale=False, hover_prefix=f"{names[1]}: "), row=1, col=2)
     for c in (1, 2):
         _grid_axes(fig, n_layer, n_head, row=1, col=c)
     shapes = []
@@ -220,16 +222,22 @@ def _window_x(w: Window, seq_len: int) -> int:
 
 def retained_mass_figure(buckets: Sequence[Window], mass: Sequence[float], window: Window, seq_len: int,
                          *, title: str | None = None, tau: float | None = None) -> go.Figure:
-    """Mass within the last w keys against w (full = seq_len), the head's assigned window marked."""
+    """Mass within the last w keys against w (full = seq_len), the head's assigned window marked.
+    The log x axis spans exactly 1..seq_len: the model's context, nothing beyond it."""
     xs = [_window_x(b, seq_len) for b in buckets]
     fig = go.Figure(go.Scatter(x=xs, y=list(mass), mode="lines+markers", name="retained mass",
-                               text=[window_label(b) for b in buckets],
+                               text=[window_label(b) for b in buckets], cliponaxis=False,
                                hovertemplate="window %{text}: %{y:.3f}<extra></extra>"))
-    fig.add_vline(x=_window_x(window, seq_len), line=dict(color="#e4572e", dash="dash"),
-                  annotation_text=f"assigned {window_label(window)}")
+    # a line trace, not add_vline: a shape's annotation on a log axis takes its x as log10(x), which
+    # put "assigned full" (x=256) at 10^256 and stretched the axis to match
+    assigned = _window_x(window, seq_len)
+    fig.add_trace(go.Scatter(x=[assigned, assigned], y=[0, 1], mode="lines", name=f"assigned {window_label(window)}",
+                             line=dict(color="#e4572e", dash="dash"), hoverinfo="skip"))
     if tau is not None:
-        fig.add_hline(y=tau, line=dict(color="#888888", dash="dot"), annotation_text=f"τ = {tau:g}")
-    fig.update_xaxes(title="window w (keys, log scale)", type="log")
+        fig.add_trace(go.Scatter(x=[1, seq_len], y=[tau, tau], mode="lines", name=f"τ = {tau:g}",
+                                 line=dict(color="#888888", dash="dot"), hoverinfo="skip"))
+    fig.update_xaxes(title=f"window w (keys, log scale; the model's context is {seq_len})", type="log",
+                     range=[0, math.log10(seq_len)])
     fig.update_yaxes(title="attention mass within w keys", range=[0, 1.02])
     return _layout(fig, title or "retained mass vs window", height=360)
 
@@ -262,27 +270,41 @@ def token_delta_figure(tokens: Sequence[str], delta: Sequence[float | None]) -> 
     return _layout(fig, "per-token Δloss vs the model's own plan", height=170)
 
 
-def loss_coverage_figure(metric: str, runs: Sequence[dict] = (), curve: Sequence[dict] = (),
-                         live: dict | None = None, baseline: dict | None = None) -> go.Figure:
-    """Loss against a coverage metric: stored runs, the allocator's path, the model's own plan and the
-    current (unsaved) edit as a live point. Points are dicts with `x`, `y` and optional `name`."""
+def loss_coverage_figure(metric: str, eval_set: str, curve: Sequence[dict] = (), live: dict | None = None,
+                         baseline: dict | None = None) -> go.Figure:
+    """Loss on one eval set against a coverage metric, for plans of one model: the allocator's path,
+    the model's own plan and the current (unsaved) edit. Only points measured on the same eval set
+    share this axis; each trace is named by its source and that eval set. Points: dicts with x, y."""
     fig = go.Figure()
-    if runs:
-        fig.add_trace(go.Scatter(x=[p["x"] for p in runs], y=[p["y"] for p in runs], mode="markers",
-                                 name="runs (val_loss)", text=[p.get("name", "") for p in runs],
-                                 marker=dict(color="#9e9e9e", size=8),
-                                 hovertemplate="%{text}<br>%{x:.3f}, %{y:.4f}<extra></extra>"))
     if curve:
         fig.add_trace(go.Scatter(x=[p["x"] for p in curve], y=[p["y"] for p in curve], mode="lines+markers",
-                                 name="allocation curve", line=dict(color="#2ca02c")))
+                                 name=f"allocation curve · eval {eval_set}", line=dict(color="#2ca02c")))
     for point, name, color, symbol in ((baseline, "model's own plan", "#1f77b4", "circle"),
                                        (live, "current edit", "#e4572e", "star")):
         if point:
-            fig.add_trace(go.Scatter(x=[point["x"]], y=[point["y"]], mode="markers", name=name,
+            fig.add_trace(go.Scatter(x=[point["x"]], y=[point["y"]], mode="markers", name=f"{name} · eval {eval_set}",
                                      marker=dict(color=color, size=16, symbol=symbol)))
     fig.update_xaxes(title=coverage_label(metric), range=[0, 1.05])
-    fig.update_yaxes(title="loss (nats)")
-    return _layout(fig, f"loss vs {metric}", height=360)
+    fig.update_yaxes(title=f"loss on eval set {eval_set} (nats)")
+    return _layout(fig, f"loss vs {metric} · eval set {eval_set}", height=360)
+
+
+def runs_coverage_figure(metric: str, runs: Sequence[dict]) -> go.Figure:
+    """Stored runs' own validation loss against a coverage metric, one trace per group of comparable
+    runs (`group`: the model shape or source), so no run sits on an axis with incomparable points."""
+    fig = go.Figure()
+    groups: dict[str, list[dict]] = {}
+    for p in runs:
+        groups.setdefault(p.get("group", "runs"), []).append(p)
+    for i, (group, points) in enumerate(groups.items()):
+        fig.add_trace(go.Scatter(x=[p["x"] for p in points], y=[p["y"] for p in points], mode="markers",
+                                 name=f"{group} · val_loss (each run's validation set)",
+                                 text=[p.get("name", "") for p in points],
+                                 marker=dict(color=_PALETTE[i % len(_PALETTE)], size=9),
+                                 hovertemplate="%{text}<br>%{x:.3f}, %{y:.4f}<extra></extra>"))
+    fig.update_xaxes(title=coverage_label(metric), range=[0, 1.05])
+    fig.update_yaxes(title="val_loss (nats, the run's own validation set)")
+    return _layout(fig, f"stored runs: val_loss vs {metric}", height=360)
 
 
 def ema(values: Sequence[float | None], smoothing: float) -> list[float | None]:
@@ -302,19 +324,28 @@ def ema(values: Sequence[float | None], smoothing: float) -> list[float | None]:
     return out
 
 
+DENSE_POINTS = 50  # a series with at least this many points may get an EMA overlay; sparser ones never
+
+
 def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float | None]]], smoothing: float,
                          *, y_title: str = "value", title: str | None = None,
                          y_range: tuple[float, float] | None = None) -> go.Figure:
-    """Curves by step: faint raw points under an EMA line of the same colour for each series."""
+    """Curves by step, each drawn raw (line and points: the last point is the stored last value).
+    A dense series (>= DENSE_POINTS points, e.g. train_loss logged every step) also gets an EMA overlay
+    of the same colour, named as such; sparse ones (eval series) are never smoothed."""
     fig = go.Figure()
     for i, (name, (steps, values)) in enumerate(series.items()):
         color = _PALETTE[i % len(_PALETTE)]
-        fig.add_trace(go.Scatter(x=list(steps), y=list(values), mode="markers", name=f"{name} (raw)",
-                                 marker=dict(color=color, size=4), opacity=0.3, legendgroup=name,
-                                 showlegend=False))
-        fig.add_trace(go.Scatter(x=list(steps), y=ema(values, smoothing), name=name,
-                                 mode="lines" if len(steps) > 2 else "lines+markers",  # a lone point stays visible
-                                 line=dict(color=color, width=2), legendgroup=name, connectgaps=True))
+        dense = len(steps) >= DENSE_POINTS
+        smooth = dense and smoothing > 0
+        fig.add_trace(go.Scatter(x=list(steps), y=list(values), name=name, legendgroup=name,
+                                 mode="lines" if dense else "lines+markers", connectgaps=True,
+                                 line=dict(color=color, width=1 if smooth else 2), marker=dict(color=color, size=6),
+                                 opacity=0.35 if smooth else 1.0))
+        if smooth:
+            fig.add_trace(go.Scatter(x=list(steps), y=ema(values, smoothing), name=f"{name} (EMA {smoothing:g})",
+                                     mode="lines", line=dict(color=color, width=2.5), legendgroup=name,
+                                     connectgaps=True, hovertemplate="%{y:.4g} (smoothed)<extra></extra>"))
     fig.update_xaxes(title="step")
     fig.update_yaxes(title=y_title, range=list(y_range) if y_range else None)
     return _layout(fig, title, height=360)

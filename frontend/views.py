@@ -15,6 +15,7 @@ from frontend import api, figures as F
 from frontend import plans as P
 from frontend import run_table as R
 from frontend import url_state as U
+from frontend.comparable import run_family
 from frontend.export import Section
 
 COVERAGE_KEYS = ("acr", "causal_coverage", "tile_coverage")
@@ -58,7 +59,7 @@ def editor_section(state: dict) -> Section:
     plan, own = plan_for(model, state["plan"])
     result = evaluate(model["id"], plan, state["eval"])
     figs: dict[str, go.Figure] = {
-        "grid": F.window_grid_figure(plan, model.get("buckets", []), changed=P.changed_cells(own, plan),
+        "grid": F.window_grid_figure(plan, changed=P.changed_cells(own, plan),
                                      title="window plan (red outline: changed vs the model's own plan)")}
     if result.get("per_token"):
         figs["tokens"] = F.token_delta_figure(result["per_token"]["tokens"], result["per_token"]["delta"])
@@ -68,12 +69,14 @@ def editor_section(state: dict) -> Section:
 
 
 def run_points(metric: str) -> list[dict]:
-    """Stored runs as (coverage, val_loss) points for the loss-vs-coverage plot."""
+    """Stored runs as (coverage, val_loss) points, each with its comparability group (model shape or
+    source): runs' val_loss is measured on each run's own validation set, never on an editor eval set."""
     out = []
     for r in api.cached("runs", limit=500):
         s = r.get("summary") or {}
         if s.get(metric) is not None and s.get("val_loss") is not None:
-            out.append({"x": s[metric], "y": s["val_loss"], "name": f"#{r['id']} {r['name']}"})
+            out.append({"x": s[metric], "y": s["val_loss"], "name": f"#{r['id']} {r['name']}",
+                        "group": run_family(r)})
     return out
 
 
@@ -169,19 +172,33 @@ def compare_data(state: dict) -> dict:
 
 
 def compare_figures(data: dict, keys: list[str], smoothing: float) -> dict[str, go.Figure]:
+    """Curves per metric key and per model family: runs of different models never share an axis."""
     names = {str(r["id"]): f"#{r['id']} {r['name']}" for r in data["runs"]}
+    family = {str(r["id"]): run_family(r) for r in data["runs"]}
     figs = {}
     for key in keys:
-        per_run = {names.get(rid, rid): (s[key]["step"], s[key]["value"])
-                   for rid, s in data.get("series", {}).items() if key in s}
-        if per_run:
-            figs[key] = F.metric_curves_figure(per_run, smoothing, y_title=F.coverage_label(key), title=key)
+        for fam in dict.fromkeys(family.values()):
+            per_run = {names.get(rid, rid): (s[key]["step"], s[key]["value"])
+                       for rid, s in data.get("series", {}).items() if key in s and family.get(rid) == fam}
+            if per_run:
+                figs[f"{key} · {fam}"] = F.metric_curves_figure(per_run, smoothing, y_title=F.coverage_label(key),
+                                                                title=f"{key} · {fam}")
     return figs
 
 
 def compare_table(data: dict) -> pd.DataFrame:
-    names = {r["id"]: r["name"] for r in data["runs"]}
-    rows = [{"run": f"#{row['run_id']} {names.get(row['run_id'], '')}", **row["values"]} for row in data["table"]]
+    """One row per run: its model family, then each key's aggregated value; with agg=at_step, beside each
+    value the stored step it was read at (the last one at or before the asked step)."""
+    runs = {r["id"]: r for r in data["runs"]}
+    rows = []
+    for row in data["table"]:
+        run = runs.get(row["run_id"], {})
+        out = {"run": f"#{row['run_id']} {run.get('name', '')}", "model": run_family(run) if run else ""}
+        for key, value in row["values"].items():
+            out[key] = value
+            if row.get("steps") is not None:
+                out[f"{key} @ step"] = row["steps"].get(key)
+        rows.append(out)
     return pd.DataFrame(rows)
 
 
@@ -204,6 +221,8 @@ def compare_section(state: dict) -> Section:
 
 
 def _fmt(v: Any) -> str:
+    if isinstance(v, str):
+        return v
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
 
 

@@ -139,12 +139,13 @@ def compare_runs(body: CompareRequest, session: SessionDep) -> CompareResponse:
     if keys is None:
         keys = sorted({k for run in runs for k in run.summary})
     table = store.aggregate_metrics(session, run_ids, keys, body.agg, body.step)
+    steps = store.steps_at_or_before(session, run_ids, keys, body.step) if body.agg == "at_step" else {}
     series = {}
     for run_id in run_ids:
         by_key = store.read_metrics(session, run_id, keys)
         series[str(run_id)] = {k: SeriesXY(step=s.step, value=s.value) for k, s in by_key.items()}
-    return CompareResponse(keys=keys, runs=runs, table=[CompareRow(run_id=r, values=table[r]) for r in run_ids],
-                           series=series)
+    rows = [CompareRow(run_id=r, values=table[r], steps=steps.get(r)) for r in run_ids]
+    return CompareResponse(keys=keys, runs=runs, table=rows, series=series)
 
 
 @router.post("/{run_id}/cancel")

@@ -54,7 +54,7 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
 
     with st.expander("Pick a head on the model's window map", expanded=False):
         gkey = f"attention._grid.{model_id}"
-        C.show_figure(F.window_grid_figure(own, model.get("buckets") or [], selected=(layer, head), clickable=True), gkey,
+        C.show_figure(F.window_grid_figure(own, selected=(layer, head), clickable=True), gkey,
                       on_select=functools.partial(_pick, gkey), selection_mode="points")
 
 with api.guard("attention maps"):

@@ -4,6 +4,7 @@ window-map diff of two of them with changed heads outlined."""
 import streamlit as st
 
 from frontend import api, components as C, views
+from frontend import comparable as K
 
 PAGE = "compare"
 AGGS = ["last", "min", "max", "at_step"]
@@ -15,9 +16,10 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     c0.toggle("Paper reference", key=C.key(PAGE, "paper"), help="include the paper's reported figures")
     runs = [r for r in api.call("runs", limit=500)
             if st.session_state[C.key(PAGE, "paper")] or not r.get("read_only")]
-    labels = {r["id"]: f"#{r['id']} {r['name']}" + (" (paper)" if r.get("read_only") else "") for r in runs}
+    labels = {r["id"]: f"#{r['id']} {r['name']} · {K.run_family(r)}" for r in runs}
     k = C.key(PAGE, "runs")
-    st.session_state[k] = [i for i in st.session_state[k] if i in labels] or list(labels)[:2]
+    # by default, runs of one model only (the first listed run's): never a tiny run beside a 0.5 B one
+    st.session_state[k] = [i for i in st.session_state[k] if i in labels] or K.default_selection(runs)
     chosen = st.multiselect("Runs (any number)", list(labels), format_func=labels.get, key=k)
     metric_keys = sorted({m for r in runs if r["id"] in chosen for m in (r.get("summary") or {})
                           if not m.startswith("window_frac/")}) or ["val_loss"]
@@ -34,9 +36,17 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     if not chosen:
         C.placeholder("Pick at least one run.")
         st.stop()
+    fams = K.families([r for r in runs if r["id"] in chosen])
+    if len(fams) > 1:
+        st.info(f"These runs come from {len(fams)} different models ({'; '.join(fams)}); their numbers are not "
+                "comparable, so each model's curves get their own axes and the table names each run's model.",
+                icon="ℹ️")
 
 with api.guard("comparing"), st.spinner(f"Comparing {len(chosen)} runs..."):
     data = views.compare_data(state)
+    if agg == "at_step":
+        st.caption(f"At step {state['step']}: each value is the run's last stored one at or before that step; "
+                   "the “@ step” columns say which step it is (empty: the series starts later).")
     st.dataframe(views.compare_table(data), hide_index=True)
     figs = views.compare_figures(data, data["keys"], state["smooth"])
     cols = st.columns(2)
@@ -45,13 +55,27 @@ with api.guard("comparing"), st.spinner(f"Comparing {len(chosen)} runs..."):
             C.show_figure(fig, f"compare._curve.{name}")
 
 with api.guard("window-map diff"):
-    mapped = [i for i in chosen if not next((r for r in runs if r["id"] == i), {}).get("read_only")]
+    by_id = {r["id"]: r for r in runs}
+    mapped = [i for i in chosen if not by_id[i].get("read_only")]
     if len(mapped) >= 2:
         c1, c2 = st.columns(2)
         a = c1.selectbox("Window map A", mapped, format_func=labels.get, key="compare._a")
-        b = c2.selectbox("Window map B", mapped, index=1, format_func=labels.get, key="compare._b")
-        fig, n = views.window_diff(a, b)
-        C.show_figure(fig, "compare._diff")
+        same = [i for i in mapped if i != a and K.plan_shape(by_id[i]) == K.plan_shape(by_id[a])]
+        others = [i for i in mapped if i != a and i not in same]
+        if st.session_state.get("compare._b") not in same + others:
+            st.session_state.pop("compare._b", None)  # the default: the first run of A's shape
+        b = c2.selectbox("Window map B", same + others, format_func=labels.get, key="compare._b")
+        sa, sb = K.plan_shape(by_id[a]), K.plan_shape(by_id[b])
+        if sa is None or sa != sb:
+            shape = {None: "an unrecorded shape"} | {s: f"{s[0]} layers × {s[1]} heads" for s in (sa, sb) if s}
+            C.placeholder(f"Run #{a} has {shape[sa]} and run #{b} {shape[sb]}: window maps of different shapes "
+                          "cannot be diffed. Pick two runs of one model.")
+        else:
+            try:
+                fig, n = views.window_diff(a, b)
+                C.show_figure(fig, "compare._diff")
+            except api.ApiError as exc:  # e.g. a tracked run that stored no window map
+                C.placeholder(f"No window-map diff for runs #{a} and #{b}: {exc.detail}")
     else:
         st.caption("Pick two runs with window maps (ours, not the paper's figures) to see their diff.")
 

@@ -33,11 +33,13 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
 def panel() -> None:
     """Everything an edit touches; an edit reruns only this fragment, not the page."""
     hist = E.history(model, own, url_plan)
-    E.history_buttons(hist)
+    history_slot = st.container()  # filled after the edit widgets, so it shows this run's edit
     with st.expander("Bulk edits and presets", expanded=False):
         E.preset_editor(model, own, hist, st.session_state[C.key(PAGE, "metric")])
         E.bulk_editor(model, hist)
     E.cell_editor(model, hist)
+    with history_slot:
+        E.history_buttons(hist)
     st.session_state[C.key(PAGE, "plan")] = "" if hist.current == own else P.encode_plan(hist.current)
     live = C.current_state(PAGE)
     C.publish(PAGE, live)

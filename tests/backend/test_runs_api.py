@@ -120,10 +120,16 @@ def test_compare(client, logged_run):
     body = {"run_ids": [logged_run, paper], "keys": ["train_loss", "val_loss"], "agg": "min"}
     out = client.post(f"{API}/runs/compare", json=body).json()
     assert out["keys"] == ["train_loss", "val_loss"] and [r["id"] for r in out["runs"]] == [logged_run, paper]
-    assert out["table"][0] == {"run_id": logged_run, "values": {"train_loss": pytest.approx(4.0), "val_loss": 4.5}}
+    assert out["table"][0] == {"run_id": logged_run, "values": {"train_loss": pytest.approx(4.0), "val_loss": 4.5},
+                               "steps": None}
     assert out["series"][str(logged_run)]["train_loss"]["step"] == list(range(1, 11))
     at = client.post(f"{API}/runs/compare", json={**body, "agg": "at_step", "step": 7}).json()
     assert at["table"][0]["values"] == {"train_loss": pytest.approx(4.3), "val_loss": 4.5}
+    # the step each value was read at: the nearest stored step at or before 7 (val_loss only has 5)
+    assert at["table"][0]["steps"] == {"train_loss": 7, "val_loss": 5}
+    early = client.post(f"{API}/runs/compare", json={**body, "agg": "at_step", "step": 3}).json()
+    assert early["table"][0]["steps"] == {"train_loss": 3, "val_loss": None}
+    assert early["table"][0]["values"]["val_loss"] is None
     last = client.post(f"{API}/runs/compare", json={**body, "agg": "last"}).json()
     assert last["table"][0]["values"]["val_loss"] is None
     maxed = client.post(f"{API}/runs/compare", json={**body, "agg": "max"}).json()

@@ -1,6 +1,8 @@
+import httpx
 import pytest
 import streamlit as st
 
+from tests.frontend import stack as S
 from tests.frontend.fake_api import FakeApi
 
 
@@ -15,3 +17,22 @@ def fake_api(monkeypatch):
     st.cache_resource.clear()
     yield fake
     st.cache_data.clear()
+
+
+@pytest.fixture(scope="session")
+def live(tmp_path_factory):
+    """The real API and dashboard and one Chromium, started once for every browser test module."""
+    reason = S.browser_missing()
+    if reason:
+        pytest.skip(reason)
+    with S.running_stack(tmp_path_factory.mktemp("e2e")) as st_, S.chromium() as browser:
+        S.ARTIFACTS.mkdir(exist_ok=True)
+        yield st_, browser
+
+
+@pytest.fixture(scope="session")
+def model(live):
+    models = httpx.get(f"{live[0].api_url}/api/v1/models", timeout=30).json()
+    if not models:
+        pytest.skip("the API registered no model (is the demo checkpoint data/demo missing?)")
+    return models[0]

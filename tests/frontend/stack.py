@@ -19,6 +19,7 @@ from typing import Iterator
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -133,6 +134,38 @@ def chromium() -> Iterator[object]:
             yield browser
         finally:
             browser.close()
+
+
+def open_page(browser, url: str, context=None):
+    """A new page (in `context` if given) at a desktop size, navigated to `url`."""
+    page = (context or browser).new_page()
+    page.set_viewport_size({"width": 1440, "height": 1100})
+    page.set_default_timeout(60_000)
+    page.goto(url)
+    return page
+
+
+def href(page) -> str:
+    """The address bar as the app left it (Streamlit updates it with history.replaceState)."""
+    return page.evaluate("location.href")
+
+
+_PLOT = """(title) => {
+  const div = [...document.querySelectorAll('.js-plotly-plot')]
+    .find(e => ((e.layout && e.layout.title && e.layout.title.text) || '').includes(title));
+  if (!div || !div._fullLayout) return null;
+  const arr = (v) => v == null ? null : ArrayBuffer.isView(v) ? Array.from(v)
+    : Array.isArray(v) ? v.map(r => ArrayBuffer.isView(r) ? Array.from(r) : r) : v;
+  const ax = (a) => a ? {range: a.range, type: a.type, title: a.title && a.title.text} : null;
+  return {title: div.layout.title.text, xaxis: ax(div._fullLayout.xaxis), yaxis: ax(div._fullLayout.yaxis),
+          data: div.data.map(d => ({name: d.name, x: arr(d.x), y: arr(d.y), z: arr(d.z), zmin: d.zmin, zmax: d.zmax, type: d.type}))};
+}"""
+
+
+def plot(page, title: str) -> dict | None:
+    """What Plotly drew in the chart whose title contains `title`: traces (name, x, y, z) and the
+    axes' drawn ranges, read from the page's own graph div; None while no such chart is on screen."""
+    return page.evaluate(_PLOT, title)
 
 
 def metric_value(page, label: str) -> str:

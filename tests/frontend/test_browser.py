@@ -11,43 +11,13 @@ import pytest
 from tests.frontend import stack as S
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-ARTIFACTS = S.ROOT / "test-artifacts"
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    reason = S.browser_missing()
-    if reason:
-        pytest.skip(reason)
-    with S.running_stack(tmp_path_factory.mktemp("e2e")) as st_, S.chromium() as browser:
-        ARTIFACTS.mkdir(exist_ok=True)
-        yield st_, browser
-
-
-@pytest.fixture(scope="module")
-def model(live):
-    models = httpx.get(f"{live[0].api_url}/api/v1/models", timeout=30).json()
-    if not models:
-        pytest.skip("the API registered no model (is the demo checkpoint data/demo missing?)")
-    return models[0]
-
-
-def open_page(browser, url):
-    page = browser.new_page(viewport={"width": 1440, "height": 1100})
-    page.set_default_timeout(60_000)
-    page.goto(url)
-    return page
-
-
-def href(page) -> str:
-    """The address bar as the app left it (Streamlit updates it with history.replaceState)."""
-    return page.evaluate("location.href")
+ARTIFACTS = S.ARTIFACTS
 
 
 def test_edit_a_head_and_share_the_view(live, model):
     stack, browser = live
     own = httpx.get(f"{stack.api_url}/api/v1/models/{model['id']}/windows", timeout=30).json()["windows"]
-    page = open_page(browser, f"{stack.ui_url}/")  # the editor is the default page
+    page = S.open_page(browser, f"{stack.ui_url}/")  # the editor is the default page
     before = S.wait_for(lambda: S.metric_value(page, "loss (nats)"), what="the first loss")
     choices = [str(b) for b in model["buckets"] if b is not None]
     target = choices[0] if str(own[0][0]) != choices[0] else choices[1]
@@ -58,18 +28,18 @@ def test_edit_a_head_and_share_the_view(live, model):
     assert float(after) != float(before)
     delta = S.metric_value(page, "Δloss vs own plan")
     assert delta and float(delta) != 0.0
-    S.wait_for(lambda: "plan=" in href(page), what="the plan in the URL")
+    S.wait_for(lambda: "plan=" in S.href(page), what="the plan in the URL")
     page.wait_for_timeout(500)
     page.screenshot(path=str(ARTIFACTS / "editor.png"), full_page=True)
     S.copy_artifact(ARTIFACTS / "editor.png", S.ROOT / "docs" / "editor.png")
 
-    link = href(page)
+    link = S.href(page)
     plan = parse_qs(urlparse(link).query)["plan"][0]
     assert plan.split("_")[0].split(".")[0] == target
-    shared = open_page(browser, link)  # a fresh session opened from the link
+    shared = S.open_page(browser, link)  # a fresh session opened from the link
     same = S.wait_for(lambda: S.metric_value(shared, "loss (nats)"), what="the loss on the shared link")
     assert same == after
-    assert "plan=" + plan in href(shared)
+    assert "plan=" + plan in S.href(shared)
     shared.close()
 
     # clicking a cell of the window map picks that head for the cell editor
@@ -86,14 +56,14 @@ def test_heatmap_link_and_offline_export(live, model, tmp_path):
     layer, head = model["n_layer"] - 1, model["n_head"] - 1
     windows = [b for b in model["buckets"] if b is not None]
     window = windows[len(windows) // 2]  # a middle bucket, so the band, the cut mass and the difference show
-    page = open_page(browser, f"{stack.ui_url}/attention?model={model['id']}&layer={layer}&head={head}&window={window}")
+    page = S.open_page(browser, f"{stack.ui_url}/attention?model={model['id']}&layer={layer}&head={head}&window={window}")
     title = f"L{layer}H{head} full causal attention"
     S.wait_for(lambda: title in " ".join(page.locator(".gtitle").all_text_contents()), what="the heatmap")
     S.wait_for(lambda: page.locator(".js-plotly-plot").count() >= 5, what="all attention figures")
     page.wait_for_timeout(800)
     page.screenshot(path=str(ARTIFACTS / "attention.png"), full_page=True)
     S.copy_artifact(ARTIFACTS / "attention.png", S.ROOT / "docs" / "attention.png")
-    query = parse_qs(urlparse(href(page)).query)
+    query = parse_qs(urlparse(S.href(page)).query)
     assert query["layer"] == [str(layer)] and query["head"] == [str(head)] and query["window"] == [str(window)]
     assert f"L{layer}H{head} with window {window}" in page.locator(".gtitle").all_text_contents()
 
@@ -135,24 +105,7 @@ def test_heatmap_link_and_offline_export(live, model, tmp_path):
 
 def test_runs_table_lists_the_paper_reference(live):
     stack, browser = live
-    page = open_page(browser, f"{stack.ui_url}/runs?experiment=paper%20(reported)")
+    page = S.open_page(browser, f"{stack.ui_url}/runs?experiment=paper%20(reported)")
     S.wait_for(lambda: page.locator('[data-testid="stDataFrame"]').count() >= 1, what="the runs table")
     assert page.locator('[data-testid="stException"]').count() == 0
-    page.close()
-
-
-@pytest.mark.parametrize("path", ["acr", "compare?paper=1", "present", "present?mode=present"])
-def test_page_tour_has_no_error(live, model, path):
-    stack, browser = live
-    api = f"{stack.api_url}/api/v1"
-    if not httpx.get(f"{api}/views", timeout=30).json():
-        httpx.post(f"{api}/views", json={"name": "tour", "page": "attention", "state": {"layer": "0"}}, timeout=30)
-    page = open_page(browser, f"{stack.ui_url}/{path}")
-    S.wait_for(lambda: page.locator(".js-plotly-plot .main-svg").count() >= 1, what=f"a figure on /{path}")
-    page.wait_for_timeout(500)
-    assert page.locator('[data-testid="stException"]').count() == 0
-    assert page.locator('[data-testid="stAlertContentError"]').count() == 0, \
-        page.locator('[data-testid="stAlertContentError"]').all_inner_texts()
-    name = re.sub(r"[^a-z]+", "-", path).strip("-")
-    page.screenshot(path=str(ARTIFACTS / f"tour-{name}.png"), full_page=True)
     page.close()

@@ -8,7 +8,7 @@ from frontend import export, figures as F
 
 
 def sections():
-    grid = F.window_grid_figure([[4, None]], [4, None])
+    grid = F.window_grid_figure([[4, None]])
     strip = F.token_delta_figure(["a", "b"], [0.1, -0.1])
     return [export.Section("one", {"grid": grid}, ["loss 2.0"]), export.Section("two <b>", {"strip": strip})]
 
@@ -34,6 +34,6 @@ def test_png_and_svg_render_with_the_local_chromium():
     ok, reason = export.image_export_status()
     if not ok:
         pytest.skip(reason)
-    fig = F.window_grid_figure([[4, None]], [4, None])
+    fig = F.window_grid_figure([[4, None]])
     assert export.figure_image(fig, "png")[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"<svg" in export.figure_image(fig, "svg")[:200]

@@ -14,15 +14,17 @@ def attn(n=6):
     return [[(1.0 / (i + 1) if j <= i else None) for j in range(n)] for i in range(n)]
 
 
-def test_window_grid_layer_rows_head_columns_and_discrete_colours():
-    fig = F.window_grid_figure(PLAN, [4, 8, 16, None], changed=[[True, False, False, False], [False] * 4],
-                               selected=(1, 2))
+def test_window_grid_layer_rows_head_columns_and_one_fixed_log_colour_scale():
+    fig = F.window_grid_figure(PLAN, changed=[[True, False, False, False], [False] * 4], selected=(1, 2))
     hm = fig.data[0]
     assert np.array(hm.z).shape == (2, 4)  # rows = layers, columns = heads
     assert hm.text[0][2] == "full" and hm.text[1][0] == "8"
-    assert hm.zmin == 0 and hm.zmax == 3  # levels 4, 8, 16, full
-    assert hm.z[0][2] == 3 and hm.z[0][0] == 0  # full is the widest colour
-    assert list(hm.colorbar.ticktext) == ["4", "8", "16", "full"]
+    assert (hm.zmin, hm.zmax) == (0, F.FULL_Z)  # fixed: the same whatever the plan holds
+    assert hm.z[0][0] == 2 and hm.z[0][1] == 3 and hm.z[0][3] == 4  # log2 of the window
+    assert hm.z[0][2] == F.FULL_Z  # full is the top colour
+    assert list(hm.colorbar.ticktext)[:3] == ["1", "4", "16"] and hm.colorbar.ticktext[-1] == "full"
+    # 16 gets the same colour in a uniform-16 map as in a mixed one (it is not "the widest" there)
+    assert F.window_grid_figure([[16, 16]]).data[0].z[0][0] == hm.z[0][3]
     assert fig.layout.yaxis.autorange == "reversed"  # layer 0 on top
     rects = [s for s in fig.layout.shapes if s.type == "rect"]
     assert [(r.x0, r.y0, r.line.color) for r in rects] == [(-0.5, -0.5, "#ff2d55"), (1.5, 0.5, "#000000")]
@@ -87,13 +89,15 @@ def test_cut_mass_bars_on_query_axis():
     assert tuple(fig.layout.xaxis.range) == (0, 1)
 
 
-def test_retained_mass_marks_the_assigned_window():
+def test_retained_mass_marks_the_assigned_window_within_the_context():
     fig = F.retained_mass_figure([4, 8, None], [0.5, 0.8, 1.0], 8, seq_len=32, tau=0.9)
     assert list(fig.data[0].x) == [4, 8, 32] and fig.layout.xaxis.type == "log"
-    vlines = [s for s in fig.layout.shapes if s.x0 == s.x1]
-    assert vlines and vlines[0].x0 == 8
+    assert tuple(fig.layout.xaxis.range) == (0, pytest.approx(math.log10(32)))  # 1..T, nothing beyond
+    assigned = next(t for t in fig.data if t.name.startswith("assigned"))
+    assert list(assigned.x) == [8, 8] and assigned.name == "assigned 8"
+    assert not fig.layout.annotations and not fig.layout.shapes  # no log-axis annotation at 10^x
     full = F.retained_mass_figure([4, None], [0.5, 1.0], None, seq_len=32)
-    assert [s.x0 for s in full.layout.shapes if s.x0 == s.x1] == [32]
+    assert next(t for t in full.data if t.name == "assigned full").x == (32, 32)
 
 
 def test_sensitivity_heatmap_shape_and_centre():
@@ -112,13 +116,21 @@ def test_token_delta_strip():
 
 
 @pytest.mark.parametrize("metric", ["acr", "causal_coverage"])
-def test_loss_coverage_axes_name_the_metric(metric):
-    fig = F.loss_coverage_figure(metric, runs=[{"x": 0.3, "y": 2.0, "name": "r"}],
-                                 curve=[{"x": 1.0, "y": 2.0}, {"x": 0.5, "y": 2.2}],
+def test_loss_coverage_names_metric_source_and_eval_set(metric):
+    fig = F.loss_coverage_figure(metric, "text", curve=[{"x": 1.0, "y": 2.0}, {"x": 0.5, "y": 2.2}],
                                  live={"x": 0.4, "y": 2.1}, baseline={"x": 0.5, "y": 2.0})
     assert fig.layout.xaxis.title.text.startswith(metric)
-    assert [t.name for t in fig.data] == ["runs (val_loss)", "allocation curve", "model's own plan", "current edit"]
-    assert fig.data[-1].x == (0.4,)
+    assert [t.name for t in fig.data] == ["allocation curve · eval text", "model's own plan · eval text",
+                                          "current edit · eval text"]
+    assert "eval set text" in fig.layout.yaxis.title.text and fig.data[-1].x == (0.4,)
+
+
+def test_runs_coverage_one_trace_per_comparable_group():
+    runs = [{"x": 0.3, "y": 2.0, "name": "a", "group": "4×4"}, {"x": 0.5, "y": 6.5, "name": "p", "group": "paper"},
+            {"x": 0.6, "y": 1.9, "name": "b", "group": "4×4"}]
+    fig = F.runs_coverage_figure("acr", runs)
+    assert [(t.name.split(" · ")[0], list(t.x)) for t in fig.data] == [("4×4", [0.3, 0.6]), ("paper", [0.5])]
+    assert "own validation set" in fig.layout.yaxis.title.text
 
 
 def test_ema_debiased_and_skips_missing():
@@ -128,11 +140,21 @@ def test_ema_debiased_and_skips_missing():
     assert 2.0 < out[3] < 4.0
 
 
-def test_metric_curves_raw_points_under_smoothed_line():
-    fig = F.metric_curves_figure({"val_loss": ([0, 1, 2], [3.0, 2.0, 2.5])}, 0.6)
-    raw, line = fig.data
-    assert raw.mode == "markers" and raw.opacity < 0.5 and list(raw.y) == [3.0, 2.0, 2.5]
-    assert line.mode == "lines" and line.line.color == raw.marker.color and line.y[0] == pytest.approx(3.0)
+def test_metric_curves_sparse_series_drawn_raw_whatever_the_smoothing():
+    fig = F.metric_curves_figure({"val_loss": ([0, 50, 100], [3.0, 2.0, 2.5])}, 0.6)
+    (line,) = fig.data
+    assert line.name == "val_loss" and list(line.y) == [3.0, 2.0, 2.5] and line.mode == "lines+markers"
+
+
+def test_metric_curves_dense_series_get_an_ema_overlay_beside_the_raw_line():
+    steps = list(range(1, F.DENSE_POINTS + 1))
+    values = [float(s % 7) for s in steps]
+    raw, smooth = F.metric_curves_figure({"train_loss": (steps, values)}, 0.6).data
+    assert raw.name == "train_loss" and list(raw.y) == values  # raw values untouched, last point stored
+    assert smooth.name == "train_loss (EMA 0.6)" and smooth.line.color == raw.line.color
+    assert list(smooth.y) == pytest.approx(F.ema(values, 0.6)) and list(smooth.y) != values
+    (alone,) = F.metric_curves_figure({"train_loss": (steps, values)}, 0.0).data  # smoothing off: raw only
+    assert list(alone.y) == values
 
 
 def test_window_fraction_stack_orders_buckets_full_last():
@@ -141,9 +163,9 @@ def test_window_fraction_stack_orders_buckets_full_last():
     assert all(t.stackgroup == "frac" for t in fig.data) and tuple(fig.layout.yaxis.range) == (0, 1)
 
 
-def test_all_full_grid_uses_the_widest_colour():
+def test_all_full_grid_uses_the_top_colour():
     hm = F.window_grid_figure([[None, None]]).data[0]
-    assert hm.z[0][0] == hm.zmax == 0 and hm.zmin == -1
+    assert hm.z[0][0] == hm.zmax == F.FULL_Z and hm.zmin == 0
 
 
 def test_clickable_grid_has_a_point_on_every_cell():
