@@ -1,13 +1,12 @@
 """Which runs may share an axis, pure logic (no Streamlit, no HTTP).
 
 A loss curve of a 4-layer, 256-token model and one of a 0.5 B-parameter model from the paper are not
-comparable: they never go on one axis unless the user asks for it. Runs are grouped by `run_family`:
+comparable: they never go on one axis. Runs are grouped by `run_family`:
 the model's shape for our runs, the reported model for the paper's reference figures.
 """
 
 from __future__ import annotations
 
-import bisect
 from typing import Any, Mapping, Sequence
 
 _SHAPE_KEYS = ("model.n_layer", "model.n_head", "model.d_model", "model.seq_len")
@@ -38,12 +37,6 @@ def families(runs: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
     for r in runs:
         out.setdefault(run_family(r), []).append(r["id"])
     return out
-
-
-def step_at_or_before(steps: Sequence[int], step: int) -> int | None:
-    """The largest stored step <= `step` (steps ascending), or None when the series starts later."""
-    i = bisect.bisect_right(list(steps), step)
-    return steps[i - 1] if i else None
 
 
 def plan_shape(run: Mapping[str, Any]) -> tuple[int, int] | None:
