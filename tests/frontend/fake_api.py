@@ -36,8 +36,10 @@ class FakeApi:
         self.calls: list[tuple[str, tuple, dict]] = []
         self.fail = fail or {}
         self.views_store: list[dict] = []
-        self.runs_store = [self._run(1, "aah-demo", "FINISHED", {"lr": "0.001", "seed": "0"}, 2.3, 0.4),
-                           self._run(2, "uniform-16", "RUNNING", {"lr": "0.001", "seed": "1"}, 2.5, 0.5),
+        shape = {"model.n_layer": str(N_LAYER), "model.n_head": str(N_HEAD), "model.d_model": "64",
+                 "model.seq_len": str(T)}
+        self.runs_store = [self._run(1, "aah-demo", "FINISHED", {"lr": "0.001", "seed": "0", **shape}, 2.3, 0.4),
+                           self._run(2, "uniform-16", "RUNNING", {"lr": "0.001", "seed": "1", **shape}, 2.5, 0.5),
                            self._run(3, "paper AAH-v3", "FINISHED", {"lr": "0.0006", "seed": "0"}, 3.1, 0.3,
                                      experiment="paper (reported)", read_only=True)]
 
@@ -155,8 +157,9 @@ class FakeApi:
         keys = keys or ["val_loss"]
         runs = [self.run(i) for i in run_ids]
         series = {str(i): {k: self.run_metrics(i)["series"][k] for k in keys} for i in run_ids}
-        return {"keys": keys, "runs": runs, "table": [{"run_id": i, "values": {k: 2.0 + i for k in keys}}
-                                                      for i in run_ids], "series": series}
+        steps = {k: step for k in keys} if agg == "at_step" else None
+        return {"keys": keys, "runs": runs, "series": series,
+                "table": [{"run_id": i, "values": {k: 2.0 + i for k in keys}, "steps": steps} for i in run_ids]}
 
     def windows_diff(self, a, b):
         self._rec("windows_diff", a, b)

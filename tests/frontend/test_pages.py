@@ -178,6 +178,15 @@ def test_compare_page_aggregation_and_window_diff(fake_api):
     at.selectbox(key="compare.agg").select("at_step").run()
     at.number_input(key="compare.step").set_value(20).run()
     assert fake_api.called("compare_runs")[-1][2] == {"keys": ["val_loss", "acr"], "agg": "at_step", "step": 20}
+    assert "val_loss @ step" in at.dataframe[0].value.columns  # the step each value was read at
+    assert not at.error
+
+
+def test_compare_keeps_models_apart_by_default(fake_api):
+    at = page("compare", paper="1")  # the paper's run is listed, but the default pick is one model's runs
+    assert at.session_state["compare.runs"] == [1, 2]
+    at = page("compare", paper="1", runs="1,3")  # asked for: said, and drawn on separate axes
+    assert any("different models" in i.value for i in at.info) and not at.error
 
 
 def test_present_steps_through_saved_views(fake_api):
