@@ -15,7 +15,7 @@ from backend import __version__, migrate
 from backend.db import make_engine, make_session_factory, transaction
 from backend.deps import require_token
 from backend.errors import install_error_handlers
-from backend.middleware import BodySizeLimit
+from backend.middleware import BodySizeLimit, HostCheck
 from backend.openapi import install_openapi
 from backend.reference import seed_paper_reference
 from backend.routers import health, models, presets, runs, views, windows
@@ -85,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(CORSMiddleware, allow_origins=settings.ui_origins, allow_credentials=False,
                        allow_methods=["GET", "POST", "PATCH", "DELETE"], allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(HostCheck)  # outermost: a foreign Host gets nothing, not even CORS headers
     return app
 
 

@@ -1,6 +1,8 @@
-"""ASGI middleware: refuse request bodies over the size limit with a JSON 413 before any parsing.
+"""ASGI middleware: refuse requests for a foreign Host (DNS rebinding) with a JSON 400, and request
+bodies over the size limit with a JSON 413, before any parsing.
 
-(FastAPI's own ``max_body_size`` answers 413 in plain text; the contract wants ``{"detail": ...}``.)
+(Starlette's TrustedHostMiddleware and FastAPI's ``max_body_size`` answer in plain text; the contract
+wants ``{"detail": ...}``.)
 """
 
 from __future__ import annotations
@@ -56,9 +58,61 @@ class BodySizeLimit:
         await self.app(scope, replay, send)
 
     async def _too_large(self, send: Send) -> None:
-        payload = json.dumps({"detail": f"request body is larger than the limit of {self.max_bytes} bytes "
-                                        "(AAH_MAX_BODY_BYTES)"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(payload)).encode())]})
-        await send({"type": "http.response.body", "body": payload})
+        await send_json(send, 413, f"request body is larger than the limit of {self.max_bytes} bytes "
+                                   "(AAH_MAX_BODY_BYTES)")
+
+
+async def send_json(send: Send, status: int, detail: str) -> None:
+    """A complete ``{"detail": ...}`` response, sent straight from a middleware."""
+    payload = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def host_name(host: str) -> str:
+    """'LocalHost:8000' -> 'localhost'; '[::1]:8000' -> '[::1]'; '::1' -> '[::1]' (ports never matter)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    if host.count(":") > 1:  # a bare IPv6 address (only ever in settings)
+        return f"[{host}]"
+    return host.partition(":")[0]
+
+
+def host_allowed(host: str, allowed: list[str]) -> bool:
+    """``allowed`` holds names ('localhost', '[::1]'), '*.example.com' for subdomains, or '*' for any."""
+    name = host_name(host)
+    if not name:
+        return False
+    for pattern in allowed:
+        if pattern == "*" or name == host_name(pattern):
+            return True
+        if pattern.startswith("*.") and name.endswith(pattern[1:].lower()):
+            return True
+    return False
+
+
+class HostCheck:
+    """Answers only requests whose Host header names this server (``Settings.allowed_hosts``).
+
+    A web page on another site can make the browser send requests to 127.0.0.1 under its own
+    name (DNS rebinding); the Host header still carries that foreign name, so it is refused here,
+    for reads as well as writes. The list is read from the app's settings on every request.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        allowed = scope["app"].state.settings.allowed_host_list
+        host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+        if host_allowed(host, allowed):
+            await self.app(scope, receive, send)
+            return
+        await send_json(send, 400, "this API answers only to the host names in AAH_ALLOWED_HOSTS "
+                                   f"({', '.join(allowed)}); the request's Host header is not one of them")

@@ -19,7 +19,7 @@ ERROR_SCHEMA = {
     },
 }
 ERROR_STATUSES = {
-    "400": "The body is not parseable JSON",
+    "400": "The Host header is not in AAH_ALLOWED_HOSTS, or the body is not parseable JSON",
     "401": "Missing or wrong bearer token (only when AAH_API_TOKEN is set)",
     "404": "Unknown id",
     "409": "Conflict (e.g. cancelling a run that already ended)",
@@ -52,7 +52,7 @@ def install_openapi(app: FastAPI) -> None:
                 for status, description in ERROR_STATUSES.items():
                     if status == "401" and method not in MUTATING:
                         continue
-                    if status in ("400", "413") and method not in MUTATING:
+                    if status == "413" and method not in MUTATING:
                         continue
                     responses[status] = _error_response(description)
                 if method in MUTATING:

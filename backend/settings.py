@@ -34,6 +34,11 @@ class Settings(BaseSettings):
         None, description="When set, POST/PUT/PATCH/DELETE need 'Authorization: Bearer <token>'. "
         "Set it whenever the port is reachable by anyone else."
     )
+    allowed_hosts: str = Field(
+        "localhost,127.0.0.1,[::1]",
+        description="Comma-separated host names the API answers to (the request's Host header, any port); "
+        "'*.example.com' matches subdomains, '*' any host. Others get 400: this stops DNS rebinding.",
+    )
     ui_origin: str = Field(
         "http://127.0.0.1:8501,http://localhost:8501",
         description="Comma-separated browser origins allowed by CORS (the dashboard).",
@@ -76,6 +81,10 @@ class Settings(BaseSettings):
         if self.database_url is not None and self.database_url.get_secret_value():
             return self.database_url.get_secret_value()
         return sqlite_url(self.db_path)
+
+    @property
+    def allowed_host_list(self) -> list[str]:
+        return [h.strip() for h in self.allowed_hosts.split(",") if h.strip()]
 
     @property
     def ui_origins(self) -> list[str]:

@@ -1,3 +1,4 @@
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -8,6 +9,10 @@ from backend.db import sqlite_url
 from tests.postgres import PostgresServer, find_bin_dir
 
 DATABASES = ("sqlite", "postgresql")
+# FastAPI's TestClient and schemathesis send "Host: testserver": the in-process apps of the tests
+# answer to it too (set before any test module builds an app; the Host check itself is tested
+# against a real server in tests/backend/test_host_header.py, without this name).
+os.environ.setdefault("AAH_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 
 
 @pytest.fixture(autouse=True)

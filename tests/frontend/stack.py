@@ -83,7 +83,7 @@ def api_command(port: int, host: str = "127.0.0.1") -> list[str]:
 def running_api(data: Path, log: Path, env: dict[str, str] | None = None, timeout: float = 120.0) -> Iterator[str]:
     """Only the API, on a free loopback port with ``data`` as its data dir; yields its base URL."""
     port = free_port()
-    full_env = {k: v for k, v in os.environ.items() if k != "AAH_API_TOKEN"}
+    full_env = {k: v for k, v in os.environ.items() if k not in ("AAH_API_TOKEN", "AAH_ALLOWED_HOSTS")}
     full_env.update({"AAH_DATA_DIR": str(data), "PYTHONPATH": str(ROOT), **(env or {})})
     proc = subprocess.Popen(api_command(port), cwd=ROOT, env=full_env, stdout=log.open("w"),
                             stderr=subprocess.STDOUT, start_new_session=True)

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from aah_launcher import serve
+from backend.middleware import host_allowed
 from tests.ship.conftest import ROOT
 
 API_ENTRY = ["python", "-m", "uvicorn", "backend.app:app"]  # ARCHITECTURE.md, "Entry points"
@@ -186,6 +187,9 @@ def test_compose_ui_talks_to_the_healthy_api(compose) -> None:
     assert _healthcheck_url(ui) == (ui_port, serve.UI_HEALTH)
     assert ui["depends_on"] == {"api": {"condition": "service_healthy"}}
     assert ui["environment"]["AAH_API_URL"] == f"http://api:{_option(_compose_cmd(api), '--port')}"
+    # the API answers to the name the dashboard and the health check use (its Host check, AAH_ALLOWED_HOSTS)
+    allowed = re.fullmatch(r"\$\{AAH_ALLOWED_HOSTS:-(.*)\}", api["environment"]["AAH_ALLOWED_HOSTS"]).group(1)
+    assert host_allowed("api:8000", allowed.split(",")) and host_allowed("127.0.0.1:8000", allowed.split(","))
     (published,) = ui["ports"]
     assert published.rsplit(":", 1)[1] == ui_port
     assert published.startswith("${AAH_UI_BIND:-127.0.0.1}:${AAH_UI_PORT:-8501}:"), "loopback by default"
