@@ -26,25 +26,66 @@ def key(page: str, name: str) -> str:
 
 def bind_state(page: str) -> dict[str, Any]:
     """Seed the page's widget keys from the URL (first render in this session) or the defaults,
-    and return the current state. Widgets then use `key(page, name)` as their key."""
-    from_url = U.decode_state(page, {k: st.query_params[k] for k in st.query_params})
+    and return the current state. Widgets then use `key(page, name)` as their key.
+
+    What a link held that could not be used is said in a warning at this point of the page
+    (`link_ignored`), never silently replaced by a default."""
+    params = {k: st.query_params[k] for k in st.query_params}
+    from_url, ignored = U.decode_state_checked(page, params)
     seeded = st.session_state.setdefault("_seeded_pages", set())
+    if page not in seeded:
+        st.session_state[f"_link.{page}.ignored"] = ignored
+        # fields the link set: ensure_option / link_ignored say so when one is not valid for this page
+        st.session_state[f"_link.{page}.fields"] = set(params) & set(from_url)
     for name, value in from_url.items():
         if page not in seeded or key(page, name) not in st.session_state:
             st.session_state[key(page, name)] = value
     seeded.add(page)
+    st.session_state[f"_link.{page}.slot"] = st.empty()
+    _show_ignored(page)
     return current_state(page)
+
+
+def _show_ignored(page: str) -> None:
+    ignored = st.session_state.get(f"_link.{page}.ignored")
+    slot = st.session_state.get(f"_link.{page}.slot")
+    if ignored and slot is not None:
+        slot.warning("Ignored from the link: " + "; ".join(ignored) + ". Everything else in it is shown.",
+                     icon="⚠️")
+
+
+def link_ignored(page: str, name: str, problems: Sequence[str]) -> None:
+    """Report `problems` with the link's field `name` (once, and only if the link set that field)."""
+    fields = st.session_state.get(f"_link.{page}.fields", set())
+    if name in fields:
+        fields.discard(name)
+        if problems:
+            st.session_state[f"_link.{page}.ignored"] = [*st.session_state[f"_link.{page}.ignored"], *problems]
+            _show_ignored(page)
 
 
 def current_state(page: str) -> dict[str, Any]:
     return {name: st.session_state.get(key(page, name), d) for name, d in U.defaults(page).items()}
 
 
-def ensure_option(page: str, name: str, options: Sequence[Any]) -> None:
-    """Make the bound value one of `options` (a stale or hand-edited URL falls back to the first)."""
+def ensure_option(page: str, name: str, options: Sequence[Any], what: str = "not one of the choices",
+                  label: Callable[[Any], str] = str) -> None:
+    """Make the bound value one of `options`; a value from the link that is not is reported
+    ("run=99999 (no such run; showing #11)") and falls back to the first option."""
     k = key(page, name)
-    if options and st.session_state.get(k) not in options:
+    value = st.session_state.get(k)
+    bad = bool(options) and value not in options
+    link_ignored(page, name, [f"{name}={value} ({what}; showing {label(options[0])})"] if bad else [])
+    if bad:
         st.session_state[k] = options[0]
+
+
+def keep_known(page: str, name: str, known: Sequence[Any], what: str) -> list:
+    """The bound list without the items not in `known`; those the link gave are reported."""
+    values = st.session_state.get(key(page, name)) or []
+    unknown = [v for v in values if v not in known]
+    link_ignored(page, name, [f"{name}: {', '.join(map(str, unknown))} ({what})"] if unknown else [])
+    return [v for v in values if v in known]
 
 
 def publish(page: str, state: dict[str, Any] | None = None) -> None:

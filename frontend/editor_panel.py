@@ -58,8 +58,8 @@ def _on_table(hist: H.PlanHistory, tkey: str) -> None:
 def cell_editor(model: dict, hist: H.PlanHistory) -> None:
     """Pick a head (or click it in the grid) and choose its window."""
     n_layer, n_head = model["n_layer"], model["n_head"]
-    C.ensure_option(PAGE, "layer", list(range(n_layer)))
-    C.ensure_option(PAGE, "head", list(range(n_head)))
+    C.ensure_option(PAGE, "layer", list(range(n_layer)), f"this model has layers 0-{n_layer - 1}")
+    C.ensure_option(PAGE, "head", list(range(n_head)), f"this model has heads 0-{n_head - 1}")
     c1, c2, c3 = st.columns([1, 1, 6])
     layer = c1.selectbox("Layer", list(range(n_layer)), key=C.key(PAGE, "layer"))
     head = c2.selectbox("Head", list(range(n_head)), key=C.key(PAGE, "head"))

@@ -57,6 +57,28 @@ def decode_plan(text: str | None, n_layer: int | None = None, n_head: int | None
     return plan
 
 
+def repair_plan(text: str, own: Plan) -> tuple[Plan, list[str]]:
+    """A plan from link text, keeping what is valid: a cell that is not a window takes the model's own
+    window there. Returns (plan, what was ignored). A plan of another shape is ignored whole (own plan)."""
+    rows = text.split("_")
+    shape = f"{len(own)} layers × {len(own[0])} heads" if own else "no heads"
+    if len(rows) != len(own) or any(len(r.split(".")) != len(o) for r, o in zip(rows, own)):
+        return [list(r) for r in own], [f"plan={text} (not a plan for this model's {shape}; showing its own plan)"]
+    plan, bad = [], []
+    for layer, (row, own_row) in enumerate(zip(rows, own)):
+        plan.append([])
+        for head, (cell, w) in enumerate(zip(row.split("."), own_row)):
+            try:
+                plan[-1].append(None if cell == URL_FULL else parse_window(cell))
+            except ValueError:
+                plan[-1].append(w)
+                bad.append(f"L{layer}H{head}={cell!r}")
+    if bad:
+        return plan, [f"plan: {', '.join(bad)} (a window is an integer >= 1 or {URL_FULL}; "
+                      "those heads keep the model's own window)"]
+    return plan, []
+
+
 def changed_cells(a: Plan, b: Plan) -> list[list[bool]]:
     return [[wa != wb for wa, wb in zip(ra, rb)] for ra, rb in zip(a, b)]
 

@@ -23,22 +23,36 @@ PAGE_STATE: dict[str, dict[str, tuple[str, Any]]] = {
 }
 
 
-def _decode_value(kind: str, raw: str, default: Any) -> Any:
-    try:
-        if kind == "str":
-            return raw
-        if kind == "int":
-            return int(raw)
-        if kind == "float":
-            return float(raw)
-        if kind == "bool":
-            return raw.lower() in ("1", "true", "yes", "on")
-        if kind == "ints":
-            return [int(x) for x in raw.split(",") if x.strip()]
-        if kind == "strs":
-            return [x for x in raw.split(",") if x]
-    except ValueError:
-        return default
+_KIND_WORDS = {"int": "an integer", "float": "a number", "ints": "integers", "bool": "on/off"}
+
+
+def _decode_value(kind: str, raw: str) -> tuple[Any, list[str]]:
+    """(value, bad parts) for one query value; raises ValueError when nothing of it can be read.
+    A list keeps its valid items and reports the others."""
+    if kind == "str":
+        return raw, []
+    if kind == "int":
+        return int(raw), []
+    if kind == "float":
+        value = float(raw)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(raw)
+        return value, []
+    if kind == "bool":
+        if raw.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
+            raise ValueError(raw)
+        return raw.lower() in ("1", "true", "yes", "on"), []
+    if kind == "ints":
+        good, bad = [], []
+        for x in (x.strip() for x in raw.split(",")):
+            if x:
+                try:
+                    good.append(int(x))
+                except ValueError:
+                    bad.append(x)
+        return good, bad
+    if kind == "strs":
+        return [x for x in raw.split(",") if x], []
     raise ValueError(f"unknown state kind {kind!r}")
 
 
@@ -56,11 +70,30 @@ def defaults(page: str) -> dict[str, Any]:
 
 def decode_state(page: str, params: Mapping[str, str]) -> dict[str, Any]:
     """Query parameters -> the page's full state (missing or malformed fields take their default)."""
-    state = defaults(page)
-    for name, (kind, default) in PAGE_STATE[page].items():
-        if name in params and params[name] is not None:
-            state[name] = _decode_value(kind, str(params[name]), default)
-    return state
+    return decode_state_checked(page, params)[0]
+
+
+def decode_state_checked(page: str, params: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """As `decode_state`, and what was ignored, in words: a value that is not of its field's kind
+    ("layer=abc (not an integer)"), the unreadable items of a list, a parameter this page does not have."""
+    state, ignored = defaults(page), []
+    schema = PAGE_STATE[page]
+    for name, raw in params.items():
+        if raw is None:
+            continue
+        if name not in schema:
+            if not name.startswith("embed"):  # Streamlit's own embedding options
+                ignored.append(f"{name}={raw} (not a setting of this page)")
+            continue
+        kind = schema[name][0]
+        try:
+            state[name], bad = _decode_value(kind, str(raw))
+        except ValueError:
+            ignored.append(f"{name}={raw} (not {_KIND_WORDS.get(kind, kind)})")
+            continue
+        if bad:
+            ignored.append(f"{name}: {', '.join(bad)} (not {_KIND_WORDS.get(kind, kind)})")
+    return state, ignored
 
 
 def encode_state(page: str, state: Mapping[str, Any]) -> dict[str, str]:

@@ -32,11 +32,14 @@ def pick_model(model_id: str) -> dict:
     return next((m for m in models if m["id"] == model_id), models[0])
 
 
-def plan_for(model: dict, encoded: str) -> tuple[list, list]:
-    """(the plan from the URL text or the model's own plan, the model's own plan)."""
+def plan_for(model: dict, encoded: str) -> tuple[list, list, list[str]]:
+    """(the plan from the URL text or the model's own plan, the model's own plan, what of the text was
+    ignored: cells that are not windows keep the model's own window, another shape gives the own plan)."""
     own = api.cached("model_windows", model["id"])["windows"]
-    plan = P.decode_plan(encoded, model["n_layer"], model["n_head"])
-    return (P.normalize_plan(plan, model["seq_len"]) if plan else own), own
+    if not encoded:
+        return own, own, []
+    plan, ignored = P.repair_plan(encoded, own)
+    return P.normalize_plan(plan, model["seq_len"]), own, ignored
 
 
 def evaluate(model_id: str, plan: list, eval_set: str) -> dict:
@@ -56,7 +59,7 @@ def metric_lines(result: dict) -> list[str]:
 
 def editor_section(state: dict) -> Section:
     model = pick_model(state["model"])
-    plan, own = plan_for(model, state["plan"])
+    plan, own, _ = plan_for(model, state["plan"])
     result = evaluate(model["id"], plan, state["eval"])
     figs: dict[str, go.Figure] = {
         "grid": F.window_grid_figure(plan, changed=P.changed_cells(own, plan),

@@ -16,7 +16,7 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
         C.placeholder("No runs in the store yet. Launch one on the Runs page.")
         st.stop()
     labels = {r["id"]: f"#{r['id']} {r['name']} ({r['status']})" for r in runs}
-    C.ensure_option(PAGE, "run", list(labels))
+    C.ensure_option(PAGE, "run", list(labels), "no such run", lambda i: f"run #{i}")
     c1, c2, c3 = st.columns([2, 3, 1])
     run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=C.key(PAGE, "run"))
     metrics = api.call("run_metrics", run_id)["series"]

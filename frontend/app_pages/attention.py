@@ -23,23 +23,23 @@ def _pick(gkey: str) -> None:
 with api.guard("loading the model", stop=True), st.spinner("Loading models and texts..."):
     models = api.cached("models")
     ids = [m["id"] for m in models]
-    C.ensure_option(PAGE, "model", ids)
+    C.ensure_option(PAGE, "model", ids, "no such model")
     texts = api.cached("model_texts", st.session_state[C.key(PAGE, "model")])
     c1, c2, c3, c4, c5 = st.columns([2, 2, 1, 1, 1])
     model_id = c1.selectbox("Model", ids, key=C.key(PAGE, "model"))
     model = next(m for m in models if m["id"] == model_id)
     text_ids = [t["id"] for t in texts] + [views.CUSTOM_TEXT]
-    C.ensure_option(PAGE, "text", text_ids)
+    C.ensure_option(PAGE, "text", text_ids, "no such text")
     tnames = {t["id"]: f"{t['name']} ({t['kind']}, {t['n_tokens']} tokens)" for t in texts}
     tnames[views.CUSTOM_TEXT] = "Your own text…"
     c2.selectbox("Text", text_ids, format_func=tnames.get, key=C.key(PAGE, "text"))
-    C.ensure_option(PAGE, "layer", list(range(model["n_layer"])))
-    C.ensure_option(PAGE, "head", list(range(model["n_head"])))
+    C.ensure_option(PAGE, "layer", list(range(model["n_layer"])), f"this model has layers 0-{model['n_layer'] - 1}")
+    C.ensure_option(PAGE, "head", list(range(model["n_head"])), f"this model has heads 0-{model['n_head'] - 1}")
     layer = c3.selectbox("Layer", list(range(model["n_layer"])), key=C.key(PAGE, "layer"))
     head = c4.selectbox("Head", list(range(model["n_head"])), key=C.key(PAGE, "head"))
     own = api.cached("model_windows", model_id)["windows"]
     choices = ["own"] + [P.window_label(b) for b in model.get("buckets") or [] if b is not None] + [P.FULL]
-    C.ensure_option(PAGE, "window", choices)
+    C.ensure_option(PAGE, "window", choices, "not one of this model's windows")
     c5.selectbox("Window", choices, key=C.key(PAGE, "window"),
                  format_func=lambda c: f"own ({P.window_label(own[layer][head])})" if c == "own" else c)
     state = C.current_state(PAGE)

@@ -19,7 +19,7 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     labels = {r["id"]: f"#{r['id']} {r['name']} · {K.run_family(r)}" for r in runs}
     k = C.key(PAGE, "runs")
     # by default, runs of one model only (the first listed run's): never a tiny run beside a 0.5 B one
-    st.session_state[k] = [i for i in st.session_state[k] if i in labels] or K.default_selection(runs)
+    st.session_state[k] = C.keep_known(PAGE, "runs", list(labels), "not among the listed runs") or K.default_selection(runs)
     chosen = st.multiselect("Runs (any number)", list(labels), format_func=labels.get, key=k)
     metric_keys = sorted({m for r in runs if r["id"] in chosen for m in (r.get("summary") or {})
                           if not m.startswith("window_frac/")}) or ["val_loss"]

@@ -15,7 +15,7 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
         C.placeholder("The API lists no models yet. Register the demo checkpoint (see README) and reload.")
         st.stop()
     ids = [m["id"] for m in models]
-    C.ensure_option(PAGE, "model", ids)
+    C.ensure_option(PAGE, "model", ids, "no such model")
     c1, c2, c3 = st.columns([3, 1, 2])
     names = {m["id"]: f"{m['name']} ({m['n_layer']}×{m['n_head']} heads, T={m['seq_len']})" for m in models}
     model_id = c1.selectbox("Model", ids, format_func=names.get, key=C.key(PAGE, "model"))
@@ -25,7 +25,8 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
     c3.selectbox("Coverage metric for plots", ["causal_coverage", "acr"], key=C.key(PAGE, "metric"))
     model = next(m for m in models if m["id"] == model_id)
     own_info = api.cached("model_windows", model_id)
-    url_plan, own = views.plan_for(model, state["plan"] if state["model"] in ("", model_id) else "")
+    url_plan, own, ignored = views.plan_for(model, state["plan"] if state["model"] in ("", model_id) else "")
+    C.link_ignored(PAGE, "plan", ignored)
     E.history(model, own, url_plan)
 
 

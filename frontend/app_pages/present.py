@@ -23,7 +23,7 @@ with api.guard("loading saved views", stop=True), st.spinner("Loading saved view
         st.stop()
     names = {v["id"]: f"#{v['id']} {v['name']} ({v['page']})" for v in saved}
     k = C.key(PAGE, "deck")
-    st.session_state[k] = [i for i in st.session_state[k] if i in names] or list(names)
+    st.session_state[k] = C.keep_known(PAGE, "deck", list(names), "no such saved view") or list(names)
     if not presenting:
         st.multiselect("Slides, in order", list(names), format_func=names.get, key=k)
     deck = st.session_state[k] or list(names)

@@ -120,3 +120,23 @@ def test_bulk_edit_and_preset_enable_undo_at_once(live, model):
     S.wait_for(undone, timeout=90, what="the caption after Undo")
     assert page.get_by_role("button", name="↷ Redo").is_enabled()
     page.close()
+
+
+def test_a_bad_link_keeps_what_is_valid_and_says_what_was_ignored(live, model):
+    stack, browser = live
+    warning = '[data-testid="stAlertContentWarning"]'
+
+    def ignored(page) -> str:
+        return " ".join(t for t in page.locator(warning).all_inner_texts() if "Ignored from the link" in t)
+
+    page = S.open_page(browser, f"{stack.ui_url}/attention?layer=abc&head=1&window=16")
+    S.wait_for(lambda: "L0H1 with window 16" in " ".join(page.locator(".gtitle").all_text_contents()),
+               what="the heatmap of the link's valid head and window")
+    assert "layer=abc (not an integer)" in ignored(page)
+    page.goto(f"{stack.ui_url}/acr?run=99999")
+    S.wait_for(lambda: "run=99999 (no such run" in ignored(page), what="the ignored run")
+    page.goto(f"{stack.ui_url}/?plan=0.x")
+    S.wait_for(lambda: "not a plan for this model" in ignored(page), what="the ignored plan")
+    S.wait_for(lambda: S.metric_value(page, "loss (nats)"), what="the own plan's loss")
+    _no_error_on_screen(page, "a bad plan link")
+    page.close()

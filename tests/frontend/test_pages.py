@@ -182,6 +182,21 @@ def test_compare_page_aggregation_and_window_diff(fake_api):
     assert not at.error
 
 
+def test_a_bad_link_keeps_what_is_valid_and_says_what_was_ignored(fake_api):
+    at = page("attention", layer="abc", head="2", foo="1")
+    assert at.session_state["attention.head"] == 2 and at.session_state["attention.layer"] == 0
+    (warning,) = [w.value for w in at.warning if "Ignored from the link" in w.value]
+    assert "layer=abc (not an integer)" in warning and "foo=1" in warning
+    at = page("acr", run="99999")
+    assert any("run=99999 (no such run; showing run #1)" in w.value for w in at.warning)
+    at = page("editor", plan="0.4.4.4_8.f.4.4")
+    (warning,) = [w.value for w in at.warning if "Ignored from the link" in w.value]
+    windows = fake_api.called("evaluate")[-1][1][1]
+    assert "L0H0='0'" in warning and windows == [[OWN[0][0], 4, 4, 4], [8, None, 4, 4]]
+    assert not at.exception and not at.error
+    assert not [w for w in page("attention", layer="1").warning if "Ignored" in w.value]
+
+
 def test_compare_keeps_models_apart_by_default(fake_api):
     at = page("compare", paper="1")  # the paper's run is listed, but the default pick is one model's runs
     assert at.session_state["compare.runs"] == [1, 2]

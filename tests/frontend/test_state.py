@@ -77,6 +77,26 @@ def test_defaults_are_left_out_of_the_url_and_bad_values_fall_back():
     assert U.decode_state("attention", {"layer": "nope", "head": "2"})["head"] == 2
 
 
+def test_decode_state_says_what_was_ignored():
+    state, ignored = U.decode_state_checked("attention", {"layer": "abc", "head": "2", "foo": "1"})
+    assert state["layer"] == 0 and state["head"] == 2  # the valid field is kept
+    assert ignored == ["layer=abc (not an integer)", "foo=1 (not a setting of this page)"]
+    state, ignored = U.decode_state_checked("compare", {"runs": "1,x,3", "smooth": "nan", "paper": "maybe"})
+    assert state["runs"] == [1, 3] and state["smooth"] == 0.6 and state["paper"] is False
+    assert ignored == ["runs: x (not integers)", "smooth=nan (not a number)", "paper=maybe (not on/off)"]
+    assert U.decode_state_checked("editor", {"plan": "4.f"}) == ({**U.defaults("editor"), "plan": "4.f"}, [])
+
+
+def test_repair_plan_keeps_valid_cells_and_says_what_was_ignored():
+    own = [[4, None], [8, 8]]
+    assert P.repair_plan("16.f_4.4", own) == ([[16, None], [4, 4]], [])
+    plan, ignored = P.repair_plan("0.f_x.4", own)
+    assert plan == [[4, None], [8, 4]]  # the bad cells keep the model's own windows
+    assert len(ignored) == 1 and "L0H0='0'" in ignored[0] and "L1H0='x'" in ignored[0]
+    plan, ignored = P.repair_plan("4.4.4_4.4.4", own)
+    assert plan == own and "2 layers × 2 heads" in ignored[0]
+
+
 def test_share_url():
     url = U.share_url("http://h:8501/", "attention", {"model": "demo", "layer": 1, "head": 0})
     assert url == "http://h:8501/attention?model=demo&layer=1"
