@@ -112,7 +112,7 @@ class Metric(_MetricValue, Base):
     __table_args__ = (
         CheckConstraint("special IS NULL OR (value IS NULL AND special IN ('nan', 'inf', '-inf'))",
                         name="ck_metrics_special"),
-        Index("ix_metrics_run_key_step", "run_id", "key", "step"),
+        Index("ix_metrics_run_key_step_value", "run_id", "key", "step", "value"),  # covers downsampled reads
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -127,6 +127,7 @@ class LatestMetric(_MetricValue, Base):
 
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     key: Mapped[str] = mapped_column(String(250), primary_key=True)
+    n_rows: Mapped[int] = mapped_column(BigInteger, server_default="0")  # metric rows of this series
 
 
 class WindowAssignment(Base):

@@ -282,6 +282,8 @@ class MetricSeries(Response):
 class MetricsResponse(Response):
     run_id: int
     series: dict[str, MetricSeries]
+    downsampled: list[str] = Field(default_factory=list, description="keys reduced to max_points (bucket "
+                                   "minima and maxima and the last point); the others are complete")
 
 
 class RunWindowsResponse(Response):

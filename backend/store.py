@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -208,28 +208,41 @@ def log_params(s: Session, run_id: int, params: dict[str, str]) -> None:
             s.add(Param(run_id=run_id, key=key[:250], value=value))
 
 
+_METRIC_COLUMNS = ("run_id", "key", "step", "value", "special", "timestamp")
+
+
 def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
-    """Append metric rows and move each key's latest value forward; returns rows written."""
+    """Append metric rows; move each key's latest value forward and its row count up; returns rows written.
+
+    One statement per table and batch: the rows go to the driver's executemany as plain tuples
+    (SQLAlchemy's per-row parameter processing cost more than SQLite's insert itself). A late row
+    with an older step counts, but does not replace the latest value.
+    """
     records = []
-    newest: dict[str, dict] = {}
+    newest: dict[str, tuple] = {}
+    counts: Counter[str] = Counter()
     for key, step, value, timestamp in rows:
-        stored, special = split_value(value)
-        rec = {"run_id": run_id, "key": key, "step": int(step), "value": stored, "special": special,
-               "timestamp": float(timestamp)}
+        value = float(value)
+        rec = (run_id, key, int(step), *((value, None) if math.isfinite(value) else split_value(value)),
+               float(timestamp))
         records.append(rec)
-        if key not in newest or rec["step"] >= newest[key]["step"]:
+        counts[key] += 1
+        if key not in newest or rec[2] >= newest[key][2]:
             newest[key] = rec
     if not records:
         return 0
-    # one executemany per table and batch: the driver sends the rows with one prepared statement
     conn = s.connection()
-    conn.execute(Metric.__table__.insert(), records)
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    conn.exec_driver_sql(f"INSERT INTO metrics ({', '.join(_METRIC_COLUMNS)}) "
+                         f"VALUES ({', '.join([mark] * len(_METRIC_COLUMNS))})", records)
     stmt = _upsert(s)(LatestMetric)
+    newer = stmt.excluded.step >= LatestMetric.step
     conn.execute(stmt.on_conflict_do_update(
         index_elements=["run_id", "key"],
-        set_={c: stmt.excluded[c] for c in ("step", "value", "special", "timestamp")},
-        where=stmt.excluded.step >= LatestMetric.step,
-    ), list(newest.values()))
+        set_={"n_rows": LatestMetric.n_rows + stmt.excluded.n_rows,
+              **{c: case((newer, stmt.excluded[c]), else_=LatestMetric.__table__.c[c])
+                 for c in ("step", "value", "special", "timestamp")}},
+    ), [{**dict(zip(_METRIC_COLUMNS, rec)), "n_rows": counts[key]} for key, rec in newest.items()])
     return len(records)
 
 
@@ -269,9 +282,10 @@ def read_metrics(s: Session, run_id: int, keys: Sequence[str] | None = None, min
 
 
 def metrics_version(s: Session, run_id: int) -> tuple[int, int]:
-    """(row count, newest row id) of a run's metrics: changes whenever a row is added or removed."""
-    count, newest = s.execute(select(func.count(Metric.id), func.max(Metric.id)).where(Metric.run_id == run_id)).one()
-    return int(count), int(newest or 0)
+    """(metric rows, metric keys) of a run: changes whenever a row is added (one row per key to read)."""
+    rows, keys = s.execute(select(func.coalesce(func.sum(LatestMetric.n_rows), 0), func.count())
+                           .where(LatestMetric.run_id == run_id)).one()
+    return int(rows), int(keys)
 
 
 def aggregate_metrics(s: Session, run_ids: Sequence[int], keys: Sequence[str], agg: str,

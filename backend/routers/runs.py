@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend import store
 from backend.db import transaction
+from backend.downsample import MAX_POINTS, MIN_POINTS, read_downsampled
 from backend.deps import JobsDep, MetricsCacheDep, SessionDep
 from backend.services.cache import LruCache
 from backend.errors import InvalidInput
@@ -72,16 +73,23 @@ def _parse_keys(keys: str | None) -> list[str] | None:
     return parsed
 
 
-def _metrics_body(sessions: sessionmaker[Session], cache: LruCache, run_id: int, keys: list[str] | None,
-                  min_step: int | None, max_step: int | None, version: tuple[int, int]) -> bytes:
-    key = (run_id, None if keys is None else tuple(keys), min_step, max_step)
-    with cache.stripe(key):  # concurrent misses of one key compute it once
-        hit = cache.get(key)
+MetricsQuery = tuple[int, tuple[str, ...] | None, int | None, int | None, int | None]  # run, keys, range, points
+
+
+def _metrics_body(sessions: sessionmaker[Session], cache: LruCache, query: MetricsQuery,
+                  version: tuple[int, int]) -> bytes:
+    run_id, keys, min_step, max_step, max_points = query
+    with cache.stripe(query):  # concurrent misses of one query compute it once
+        hit = cache.get(query)
         if hit is None or hit[0] != version:
             with transaction(sessions) as s:
-                series = store.read_metrics(s, run_id, keys, min_step, max_step)
-            hit = (version, MetricsResponse(run_id=run_id, series=series).model_dump_json().encode())
-            cache.put(key, hit)
+                if max_points is None:
+                    series, reduced = store.read_metrics(s, run_id, keys, min_step, max_step), []
+                else:
+                    series, reduced = read_downsampled(s, run_id, max_points, keys, min_step, max_step)
+            hit = (version, MetricsResponse(run_id=run_id, series=series, downsampled=reduced)
+                   .model_dump_json().encode())
+            cache.put(query, hit)
     return hit[1]
 
 
@@ -93,24 +101,31 @@ async def read_run_metrics(
     keys: Annotated[str | None, Query(max_length=10_000, description="comma-separated metric keys")] = None,
     min_step: Step = None,
     max_step: Step = None,
+    max_points: Annotated[int | None, Query(
+        ge=MIN_POINTS, le=MAX_POINTS, description="at most this many points per key: each step bucket's "
+        "minimum and maximum and the last point are kept exactly (omit for every point)")] = None,
 ) -> Response:
-    """Metric series by key (all keys when `keys` is omitted); NaN/inf come back as null."""
+    """Metric series by key (all keys when `keys` is omitted); NaN/inf come back as null.
+
+    With `max_points`, a longer series (within `min_step`..`max_step`) is downsampled in the database;
+    its key is listed in `downsampled`. A dashboard asks again with a step range when the user zooms."""
     if min_step is not None and max_step is not None and min_step > max_step:
         raise InvalidInput(f"min_step: {min_step} is greater than max_step {max_step}")
     parsed = _parse_keys(keys)
     sessions = request.app.state.sessions
     # Dashboards poll the same series from many tabs. A poll whose answer is cached costs one
-    # indexed count (WAL readers never wait for writers), done right here on the event loop:
-    # no thread hop, and requests are served in arrival order. Only a miss goes to a thread.
+    # indexed read of the run's per-key row counts (WAL readers never wait for writers), done right
+    # here on the event loop: no thread hop, and requests are served in arrival order. Only a miss
+    # goes to a thread.
     with transaction(sessions) as s:
         store.run_exists(s, run_id)
         version = store.metrics_version(s, run_id)
-    key = (run_id, None if parsed is None else tuple(parsed), min_step, max_step)
-    hit = cache.get(key)
+    query = (run_id, None if parsed is None else tuple(parsed), min_step, max_step, max_points)
+    hit = cache.get(query)
     if hit is not None and hit[0] == version:
         body = hit[1]
     else:
-        body = await run_in_threadpool(_metrics_body, sessions, cache, run_id, parsed, min_step, max_step, version)
+        body = await run_in_threadpool(_metrics_body, sessions, cache, query, version)
     return Response(content=body, media_type="application/json")
 
 

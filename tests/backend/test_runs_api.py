@@ -218,3 +218,18 @@ def test_metric_reads_see_new_rows_despite_the_response_cache(client):
     with transaction(sessions) as s:
         store.log_metrics(s, run_id, [("loss", 2, 0.5, 2.0)])
     assert client.get(url).json()["series"]["loss"] == {"step": [1, 2], "value": [1.0, 0.5], "timestamp": [1.0, 2.0]}
+
+
+def test_downsampled_metrics(client, logged_run):
+    url = f"{API}/runs/{logged_run}/metrics"
+    body = client.get(url, params={"keys": "train_loss,val_loss", "max_points": 3}).json()
+    loss = body["series"]["train_loss"]  # 10 points 4.9 .. 4.0: one bucket, its max and min (= the last)
+    assert body["downsampled"] == ["train_loss"] and body["series"]["val_loss"]["step"] == [5, 10]
+    assert loss["step"] == [1, 10] and loss["value"] == [pytest.approx(4.9), pytest.approx(4.0)]
+    zoom = client.get(url, params={"keys": "train_loss", "max_points": 5, "min_step": 3, "max_step": 8}).json()
+    assert zoom["downsampled"] == ["train_loss"] and len(zoom["series"]["train_loss"]["step"]) <= 5
+    assert zoom["series"]["train_loss"]["step"][0] == 3 and zoom["series"]["train_loss"]["step"][-1] == 8
+    whole = client.get(url, params={"keys": "train_loss", "max_points": 10}).json()
+    assert whole["downsampled"] == [] and whole["series"]["train_loss"]["step"] == list(range(1, 11))
+    for bad in (2, 0, 100_001, "x"):
+        assert client.get(url, params={"max_points": bad}).status_code == 422
