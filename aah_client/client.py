@@ -212,12 +212,16 @@ class ApiClient:
         keys: list[str] | None = None,
         min_step: int | None = None,
         max_step: int | None = None,
+        max_points: int | None = None,
     ) -> Json:
+        """Series by key; with ``max_points`` (>= 3) each longer series is downsampled by the server
+        (every step bucket's min and max and the last point kept; the keys are in ``downsampled``)."""
         return self._get(
             f"/runs/{run_id}/metrics",
             keys=",".join(keys) if keys else None,
             min_step=min_step,
             max_step=max_step,
+            max_points=max_points,
         )
 
     def run_windows(self, run_id: int, step: int | None = None) -> Json:

@@ -135,9 +135,16 @@ def split_series(series: dict[str, dict]) -> dict[str, tuple[list, list]]:
     return {k: (v["step"], v["value"]) for k, v in series.items()}
 
 
-def acr_figures(run_id: int, keys: list[str], smoothing: float) -> tuple[dict, dict[str, go.Figure]]:
+CURVE_POINTS = 2000  # per series: the server keeps each step bucket's min and max and the last point
+
+
+def acr_figures(run_id: int, keys: list[str], smoothing: float, min_step: int | None = None,
+                max_step: int | None = None) -> tuple[dict, dict[str, go.Figure]]:
+    """The run's figures; a step range asks the server for that range only (finer buckets, or every
+    point when the range holds at most CURVE_POINTS per series)."""
     run = api.call("run", run_id)
-    series = split_series(api.call("run_metrics", run_id)["series"])
+    series = split_series(api.call("run_metrics", run_id, min_step=min_step, max_step=max_step,
+                                   max_points=CURVE_POINTS)["series"])
     figs: dict[str, go.Figure] = {}
     chosen = {k: series[k] for k in keys if k in series}
     if chosen:

@@ -19,11 +19,18 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     C.ensure_option(PAGE, "run", list(labels), "no such run", lambda i: f"run #{i}")
     c1, c2, c3 = st.columns([2, 3, 1])
     run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=C.key(PAGE, "run"))
-    metrics = api.call("run_metrics", run_id)["series"]
+    metrics = api.call("run_metrics", run_id, max_points=views.CURVE_POINTS)["series"]
     keys = sorted(k for k in metrics if not k.startswith("window_frac/"))
     st.session_state[C.key(PAGE, "keys")] = [k for k in st.session_state[C.key(PAGE, "keys")] if k in keys]
     c2.multiselect("Metrics", keys, key=C.key(PAGE, "keys"))
     c3.slider("EMA smoothing", 0.0, 0.99, key=C.key(PAGE, "smooth"), step=0.01)
+    # Long runs come downsampled (bucket min/max, views.CURVE_POINTS per series); narrowing the step
+    # range asks the server again for just that range, in finer buckets.
+    last_step = max((max(s["step"]) for s in metrics.values() if s["step"]), default=0)
+    first, last = st.slider("Steps", 0, last_step, (0, last_step), key=f"{PAGE}.steps.{run_id}") \
+        if last_step > 0 else (0, 0)
+    # the range's open ends stay open, so that a live run's curves keep growing
+    steps = (first or None, None if last >= last_step else last)
 
 live = next((r["status"] in ("RUNNING", "SCHEDULED") for r in runs if r["id"] == run_id), False)
 
@@ -33,7 +40,7 @@ def curves() -> None:
     """The run's curves; while it trains they refresh every 3 s, so they grow on screen."""
     with api.guard("drawing the curves"):
         state = C.current_state(PAGE)
-        run, figs = views.acr_figures(run_id, state["keys"], state["smooth"])
+        run, figs = views.acr_figures(run_id, state["keys"], state["smooth"], *steps)
         for line in views.run_lines(run):
             st.caption(line)
         if not figs:

@@ -128,8 +128,8 @@ class FakeApi:
                 return r
         raise ApiError(404, f"run {run_id} not found")
 
-    def run_metrics(self, run_id, keys=None, min_step=None, max_step=None):
-        self._rec("run_metrics", run_id, keys=keys)
+    def run_metrics(self, run_id, keys=None, min_step=None, max_step=None, max_points=None):
+        self._rec("run_metrics", run_id, keys=keys, min_step=min_step, max_step=max_step, max_points=max_points)
         steps = [0, 10, 20, 30]
         series = {"val_loss": [3.0, 2.6, 2.4, 2.3], "train_loss": [3.1, 2.7, None, 2.2],
                   "acr": [1.0, 0.8, 0.6, 0.5], "causal_coverage": [1.0, 0.7, 0.5, 0.4],

@@ -26,7 +26,7 @@ def test_get_paths_and_query_params():
     seen, handler = recorder([])
     api = make(handler)
     api.runs(experiment="demo", status="RUNNING", limit=5)
-    api.run_metrics(3, keys=["val_loss", "acr"], min_step=10)
+    api.run_metrics(3, keys=["val_loss", "acr"], min_step=10, max_points=2000)
     api.attention("demo", 1, 2, text_id="t1")
     api.retained_mass("demo")
     api.run_windows(4, step=20)
@@ -34,7 +34,7 @@ def test_get_paths_and_query_params():
     api.attention("demo", 1, 2, window=8)
     urls = [str(r.url) for r in seen]
     assert urls[0] == "http://api.test/api/v1/runs?experiment=demo&status=RUNNING&limit=5&offset=0"
-    assert urls[1] == "http://api.test/api/v1/runs/3/metrics?keys=val_loss%2Cacr&min_step=10"
+    assert urls[1] == "http://api.test/api/v1/runs/3/metrics?keys=val_loss%2Cacr&min_step=10&max_points=2000"
     assert urls[2] == "http://api.test/api/v1/models/demo/attention?layer=1&head=2&text_id=t1&window=own"
     assert urls[3] == "http://api.test/api/v1/models/demo/retained-mass"
     assert urls[4] == "http://api.test/api/v1/runs/4/windows?step=20"

@@ -160,6 +160,8 @@ def test_runs_rejects_bad_overrides_without_calling_the_api(fake_api):
 def test_acr_page_reads_run_and_step_from_the_url(fake_api):
     at = page("acr", run="2", step="10", smooth="0.3")
     assert fake_api.called("run_metrics")[0][1] == (2,)
+    # long runs come downsampled: every read asks for at most views.CURVE_POINTS per series, whole range
+    assert all(c[2]["max_points"] == 2000 and c[2].get("max_step") is None for c in fake_api.called("run_metrics"))
     assert (2,) in [c[1] for c in fake_api.called("run_windows")] and fake_api.called("run_windows")[-1][2] == {"step": 10}
     assert url(at)["run"] == "2" and url(at)["step"] == "10" and url(at)["smooth"] == "0.3"
     # run 2 is RUNNING: its latest plan (and list of steps) is fetched afresh on every rerun, not cached
