@@ -192,6 +192,22 @@ class ApiClient:
         body = {"budget": budget, "metric": metric, "eval_set": eval_set}
         return self._post(f"/models/{model_id}/allocate", body)
 
+    # -- inference: cost of a plan, generation ---------------------------------------------------------
+    def cost(self, model_id: str, windows: Plan, context: int, measure: bool = False) -> Json:
+        """Exact KV-cache bytes and attention pairs of a plan at `context` (<= seq_len), beside the full
+        plan's; with `measure`, prefill and decode-step times measured against the full plan too."""
+        body = {"windows": windows, "context": context, "measure": measure}
+        return self._post(f"/models/{model_id}/cost", body)
+
+    def generate(
+        self, model_id: str, prompt: str, windows: Plan | None = None, max_new_tokens: int = 64,
+        temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+    ) -> Json:
+        """Continue `prompt` under a plan (None: the model's own); greedy at temperature 0."""
+        body = {"prompt": prompt, "windows": windows, "max_new_tokens": max_new_tokens,
+                "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
+        return self._post(f"/models/{model_id}/generate", body)
+
     # -- runs ----------------------------------------------------------------------------------------
     def runs(
         self,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from aah_core.cost import ModelShape, plan_cost
 from aah_core.data import EvalBatch
 from aah_core.errors import InvalidConfig
 from aah_core.evaluate import PrefixCachedEvaluator
@@ -32,7 +33,7 @@ METRICS = {"causal_coverage": causal_coverage, "acr": acr, "tile_coverage": tile
 class AllocationResult:
     plan: torch.Tensor  # [n_layer, n_head] windows (full written as seq_len)
     loss: float  # loss of `plan` on the batch
-    curve: list[dict[str, float]]  # the greedy walk: {acr, causal_coverage, loss} per step, from the full plan
+    curve: list[dict[str, float]]  # the greedy walk: {acr, causal_coverage, kv_bytes, loss} per step, from full
     metric: str = "causal_coverage"
     budget: float = 1.0
     coverage: float = 1.0  # of `plan`, in `metric`
@@ -67,7 +68,9 @@ class _Search:
 
     def point(self, idx: torch.Tensor, loss: float) -> dict[str, float]:
         plan = self.plan(idx)
-        return {"acr": acr(plan, self.T), "causal_coverage": causal_coverage(plan, self.T), "loss": loss}
+        kv_bytes = plan_cost(plan, self.T, ModelShape.of(self.model)).kv_bytes  # at context T
+        return {"acr": acr(plan, self.T), "causal_coverage": causal_coverage(plan, self.T), "kv_bytes": kv_bytes,
+                "loss": loss}
 
 
 def _sensitivity(search: _Search, full_loss: float) -> torch.Tensor:

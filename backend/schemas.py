@@ -64,7 +64,19 @@ class CoverageFields(Response):
     tile_coverage: float
 
 
-class ModelWindowsResponse(CoverageFields):
+class CostFields(Response):
+    """Exact inference cost of a plan at context N (aah_core/cost.py), one sequence, beside the full plan."""
+
+    context: int
+    kv_bytes: int
+    kv_bytes_full: int
+    attention_pairs: int
+    attention_pairs_full: int
+
+
+class ModelWindowsResponse(CoverageFields, CostFields):
+    """Cost fields are at context = seq_len."""
+
     model_id: str
     seq_len: int
     windows: list[list[int | None]]
@@ -97,16 +109,6 @@ class PerTokenLosses(Response):
     loss: list[float | None]
     baseline: list[float | None]
     delta: list[float | None]
-
-
-class CostFields(Response):
-    """Exact inference cost of a plan at context N (aah_core/cost.py), one sequence, beside the full plan."""
-
-    context: int
-    kv_bytes: int
-    kv_bytes_full: int
-    attention_pairs: int
-    attention_pairs_full: int
 
 
 class EvaluateResponse(CoverageFields, CostFields):
@@ -170,6 +172,7 @@ class AllocateRequest(Request):
 class CurvePoint(Response):
     acr: float
     causal_coverage: float
+    kv_bytes: int | None = Field(None, description="KV-cache bytes of the step's plan at context seq_len")
     loss: float
 
 

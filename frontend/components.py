@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 import plotly.graph_objects as go
 import streamlit as st
 
-from frontend import api, export
+from frontend import api, export, figures as F
 from frontend import plans as P
 from frontend import url_state as U
 
@@ -130,6 +130,7 @@ def metric_badges(result: dict) -> None:
     cols[3].metric("acr", f"{result['acr']:.3f}", help="mean over heads of min(w, T) / T (the paper's ACR)")
     cols[4].metric("causal_coverage", f"{result['causal_coverage']:.3f}",
                    help="attended (query, key) pairs / full causal pairs")
+    st.markdown(f"**{F.cost_summary(result)}** · at context {result['context']} (exact; one sequence)")
     cached = " (served from cache)" if result.get("cached") else ""
     plan = P.encode_plan(result["windows"]) if result.get("windows") else "?"
     st.caption(f"server time {result.get('elapsed_ms', float('nan')):.0f} ms{cached} · "

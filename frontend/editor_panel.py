@@ -180,9 +180,11 @@ def live_plot(model: dict, own_info: dict, result: dict, metric: str) -> None:
             with st.spinner("Running the allocator (the server evaluates candidate plans)..."):
                 res = api.call("allocate", model["id"], 0.1, metric=metric, eval_set=_eval_set())
             st.session_state[ckey] = res.get("curve", [])
-    curve = [{"x": p[metric], "y": p["loss"]} for p in st.session_state.get(ckey) or []]
-    fig = F.loss_coverage_figure(metric, result["eval_set"], curve, live={"x": result[metric], "y": result["loss"]},
-                                 baseline={"x": own_info[metric], "y": result["baseline_loss"]})
+    x = st.radio("x axis", [metric, "kv_bytes"], horizontal=True, key="editor._xaxis",
+                 format_func=lambda m: "KV cache bytes" if m == "kv_bytes" else m)
+    curve = [{"x": p[x], "y": p["loss"]} for p in st.session_state.get(ckey) or [] if p.get(x) is not None]
+    fig = F.loss_coverage_figure(x, result["eval_set"], curve, live={"x": result[x], "y": result["loss"]},
+                                 baseline={"x": own_info[x], "y": result["baseline_loss"]})
     C.show_figure(fig, "editor._lossplot")
     if st.toggle("Stored runs: val_loss vs coverage", key="editor._runs",
                  help="a separate plot: a run's val_loss is measured on its own validation set"):

@@ -24,6 +24,7 @@ COVERAGE_LABELS = {
     "acr": "acr (mean w / T)",
     "causal_coverage": "causal_coverage (pairs kept)",
     "tile_coverage": "tile_coverage (tiles touched)",
+    "kv_bytes": "KV cache at context T (bytes, one sequence)",
 }
 _PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
 
@@ -284,7 +285,9 @@ def loss_coverage_figure(metric: str, eval_set: str, curve: Sequence[dict] = (),
         if point:
             fig.add_trace(go.Scatter(x=[point["x"]], y=[point["y"]], mode="markers", name=f"{name} · eval {eval_set}",
                                      marker=dict(color=color, size=16, symbol=symbol)))
-    fig.update_xaxes(title=coverage_label(metric), range=[0, 1.05])
+    # coverages are fractions (0..1); kv_bytes is an absolute size, so its axis starts at 0 and scales
+    fig.update_xaxes(title=coverage_label(metric), range=None if metric == "kv_bytes" else [0, 1.05],
+                     rangemode="tozero")
     fig.update_yaxes(title=f"loss on eval set {eval_set} (nats)")
     return _layout(fig, f"loss vs {metric} · eval set {eval_set}", height=360)
 
@@ -305,6 +308,29 @@ def runs_coverage_figure(metric: str, runs: Sequence[dict]) -> go.Figure:
     fig.update_xaxes(title=coverage_label(metric), range=[0, 1.05])
     fig.update_yaxes(title="val_loss (nats, the run's own validation set)")
     return _layout(fig, f"stored runs: val_loss vs {metric}", height=360)
+
+
+def cost_summary(result: dict) -> str:
+    """'KV cache X % of full · attention pairs Y % of full' from an answer with the exact cost fields."""
+    kv = 100.0 * result["kv_bytes"] / result["kv_bytes_full"]
+    pairs = 100.0 * result["attention_pairs"] / result["attention_pairs_full"]
+    return f"KV cache {kv:.1f} % of full · attention pairs {pairs:.1f} % of full"
+
+
+def cache_growth_figure(series: dict[str, tuple[Sequence[int], Sequence[int]]],
+                        full: tuple[Sequence[int], Sequence[int]] | None = None) -> go.Figure:
+    """KV-cache bytes held against the context as tokens are generated, one line per plan; `full` (the
+    full plan's, which grows by the same bytes every position) dashed for reference."""
+    fig = go.Figure()
+    for i, (name, (positions, sizes)) in enumerate(series.items()):
+        fig.add_trace(go.Scatter(x=list(positions), y=list(sizes), mode="lines", name=name,
+                                 line=dict(color=_PALETTE[i % len(_PALETTE)])))
+    if full is not None:
+        fig.add_trace(go.Scatter(x=list(full[0]), y=list(full[1]), mode="lines", name="full plan",
+                                 line=dict(color="#9e9e9e", dash="dash")))
+    fig.update_xaxes(title="context (tokens cached when each new token is predicted)")
+    fig.update_yaxes(title="KV cache (bytes)", rangemode="tozero")
+    return _layout(fig, "KV cache as the continuation grows", height=300)
 
 
 def ema(values: Sequence[float | None], smoothing: float) -> list[float | None]:

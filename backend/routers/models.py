@@ -54,7 +54,8 @@ def read_model_windows(model_id: ModelId, registry: RegistryDep) -> ModelWindows
     lm = registry.get(model_id)
     T = lm.info.seq_len
     return ModelWindowsResponse(model_id=model_id, seq_len=T, windows=plan_to_json(lm.plan, T),
-                                **coverage_metrics(lm.plan, T))
+                                **coverage_metrics(lm.plan, T),
+                                **analysis.cost_fields(analysis.exact_cost(lm, lm.plan, T)).model_dump())
 
 
 @router.get("/{model_id}/texts")

@@ -202,8 +202,8 @@ def allocate(registry: Registry, lm: LoadedModel, body: AllocateRequest) -> Allo
                 T = lm.info.seq_len
                 hit = AllocateResponse(
                     windows=plan_to_json(result.plan, T), loss=float(result.loss), baseline_loss=baseline,
-                    curve=[CurvePoint(acr=p["acr"], causal_coverage=p["causal_coverage"], loss=p["loss"])
-                           for p in result.curve],
+                    curve=[CurvePoint(acr=p["acr"], causal_coverage=p["causal_coverage"], kv_bytes=p.get("kv_bytes"),
+                                      loss=p["loss"]) for p in result.curve],
                     **coverage_metrics(result.plan, T),
                 )
                 registry.remember(key, hit)

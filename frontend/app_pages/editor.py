@@ -3,6 +3,7 @@
 import streamlit as st
 
 from frontend import api, components as C, editor_panel as E, figures as F, views
+from frontend import generate_panel as G
 from frontend import plans as P
 
 PAGE = "editor"
@@ -59,6 +60,7 @@ def panel() -> None:
     if result and result.get("per_token"):
         pt = result["per_token"]
         C.show_figure(F.token_delta_figure(pt["tokens"], pt["delta"]), "editor._strip")
+    G.generate_panel(model, hist.current)
     C.share_bar(PAGE, live, lambda: views.editor_section(live))
 
 

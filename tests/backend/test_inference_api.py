@@ -126,3 +126,10 @@ def test_unknown_model_is_404_for_cost_and_generate(client):
     req = {"windows": TINY_PLAN, "context": 4}
     assert client.post(f"{API}/models/nope/cost", json=req).status_code == 404
     assert client.post(f"{API}/models/nope/generate", json={"prompt": "a"}).status_code == 404
+
+
+def test_own_windows_carry_the_exact_cost_at_seq_len(client):
+    body = client.get(f"{API}/models/demo/windows").json()
+    assert body["context"] == T
+    assert body["kv_bytes"] == sum(min(w, T) for w in _windows(TINY_PLAN)) * PER_ENTRY
+    assert body["attention_pairs_full"] == 4 * T * (T + 1) // 2

@@ -8,6 +8,7 @@ import torch
 from aah_core.allocate import allocate
 from aah_core.checkpoint import load_checkpoint
 from aah_core.config import apply_overrides
+from aah_core.cost import ModelShape, plan_cost
 from aah_core.errors import InvalidConfig
 from aah_core.evaluate import make_eval_batch
 from aah_core.presets import get_preset
@@ -51,7 +52,8 @@ def test_allocation_respects_the_budget_and_beats_the_uniform_plan(trained, budg
     assert measure(result.plan, T) <= budget + 1e-9 and result.coverage == pytest.approx(measure(result.plan, T))
     assert result.loss <= uniform_loss_within(model, batch, budget, metric) + 1e-6
     assert result.curve[0]["causal_coverage"] == 1.0 and result.curve[0]["loss"] == pytest.approx(result.full_loss)
-    assert all(set(point) == {"acr", "causal_coverage", "loss"} for point in result.curve)
+    assert all(set(point) == {"acr", "causal_coverage", "kv_bytes", "loss"} for point in result.curve)
+    assert result.curve[0]["kv_bytes"] == plan_cost(torch.full_like(own, T), T, ModelShape.of(model)).kv_bytes_full
     windows = {min(b, T) for b in model.buckets}
     assert set(result.plan.flatten().tolist()) <= windows
     assert torch.equal(model.plan, own)  # the model's own plan is untouched

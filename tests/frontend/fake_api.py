@@ -6,6 +6,7 @@ import copy
 import math
 
 from aah_client import ApiError
+from aah_core.cost import ModelShape, plan_cost
 from aah_core.windows import coverage_metrics, validate_plan
 
 N_LAYER, N_HEAD, T = 2, 4, 32
@@ -16,6 +17,16 @@ OWN = [[4, 8, None, 16], [8, None, 4, 4]]
 def _coverage(plan):
     """The engine's own metrics (the fake runs in the test process, where the engine is importable)."""
     return coverage_metrics(validate_plan(plan, len(plan), len(plan[0]), T), T)
+
+
+SHAPE = ModelShape(n_layer=N_LAYER, n_head=N_HEAD, n_kv_head=N_HEAD, head_dim=8, seq_len=T)
+
+
+def _cost(plan, context=T):
+    """The engine's exact cost fields of a plan at a context."""
+    c = plan_cost(validate_plan(plan, N_LAYER, N_HEAD, T), context, SHAPE)
+    return {"context": context, "kv_bytes": c.kv_bytes, "kv_bytes_full": c.kv_bytes_full,
+            "attention_pairs": c.attention_pairs, "attention_pairs_full": c.attention_pairs_full}
 
 
 def _loss(plan):
@@ -70,7 +81,7 @@ class FakeApi:
 
     def model_windows(self, model_id):
         self._rec("model_windows", model_id)
-        return {"model_id": model_id, "seq_len": T, "windows": copy.deepcopy(OWN), **_coverage(OWN)}
+        return {"model_id": model_id, "seq_len": T, "windows": copy.deepcopy(OWN), **_coverage(OWN), **_cost(OWN)}
 
     def model_texts(self, model_id):
         self._rec("model_texts", model_id)
@@ -90,7 +101,8 @@ class FakeApi:
             pt = {"tokens": ["a", "b", "c", "d"], "loss": [loss] * 4, "baseline": [base] * 4,
                   "delta": [loss - base, 0.0, None, 0.1]}
         return {"loss": loss, "baseline_loss": base, "delta": loss - base, "delta_pct": 100 * (loss - base) / base,
-                "perplexity": math.exp(loss), **_coverage(windows), "windows": windows, "eval_set": eval_set,
+                "perplexity": math.exp(loss), **_coverage(windows), **_cost(windows), "windows": windows,
+                "eval_set": eval_set,
                 "elapsed_ms": 12.0, "cached": False, "per_token": pt}
 
     def attention(self, model_id, layer, head, text_id=None, window="own", text=None):
@@ -113,8 +125,25 @@ class FakeApi:
         self._rec("allocate", model_id, budget, metric=metric, eval_set=eval_set)
         plan = [[8] * N_HEAD for _ in range(N_LAYER)]
         return {"windows": plan, "loss": _loss(plan), "baseline_loss": _loss(OWN), **_coverage(plan),
-                "curve": [{"acr": 1.0, "causal_coverage": 1.0, "loss": 2.0},
-                          {**_coverage(plan), "loss": _loss(plan)}]}
+                "curve": [{"acr": 1.0, "causal_coverage": 1.0, "kv_bytes": _cost([[None] * N_HEAD] * N_LAYER)["kv_bytes"],
+                           "loss": 2.0},
+                          {**_coverage(plan), "kv_bytes": _cost(plan)["kv_bytes"], "loss": _loss(plan)}]}
+
+    def cost(self, model_id, windows, context, measure=False):
+        self._rec("cost", model_id, windows, context, measure=measure)
+        return {**_cost(windows, context), "windows": windows, "measured": None}
+
+    def generate(self, model_id, prompt, windows=None, max_new_tokens=64, temperature=0.0, top_k=0, top_p=1.0,
+                 seed=0):
+        self._rec("generate", model_id, prompt, windows=windows, max_new_tokens=max_new_tokens)
+        plan = OWN if windows is None else windows
+        n = min(max_new_tokens, T - len(prompt))
+        contexts = range(len(prompt), len(prompt) + n)
+        return {"windows": plan, "prompt_tokens": len(prompt), "text": ("o" if windows is None else "e") * n,
+                "tokens": ["o" if windows is None else "e"] * n,
+                "stop_reason": "max_new_tokens" if n == max_new_tokens else "context",
+                "cache_bytes": [_cost(plan, c)["kv_bytes"] for c in contexts],
+                "kv_bytes_full": _cost(plan, contexts[-1])["kv_bytes_full"], "elapsed_ms": 5.0}
 
     def runs(self, experiment=None, preset=None, status=None, limit=100, offset=0):
         self._rec("runs", experiment=experiment, preset=preset, status=status, limit=limit)

@@ -129,3 +129,15 @@ def test_real_refused_port_is_service_unavailable():
         port = s.getsockname()[1]
     with pytest.raises(ServiceUnavailable):
         ApiClient(f"http://127.0.0.1:{port}", timeout=2).health()
+
+
+def test_cost_and_generate_post_their_bodies():
+    seen, handler = recorder({})
+    api = make(handler)
+    api.cost("demo", [[4, None]], 128, measure=True)
+    api.generate("demo", "Hi", windows=[[4, None]], max_new_tokens=9)
+    assert [str(r.url) for r in seen] == ["http://api.test/api/v1/models/demo/cost",
+                                          "http://api.test/api/v1/models/demo/generate"]
+    assert json.loads(seen[0].content) == {"windows": [[4, None]], "context": 128, "measure": True}
+    assert json.loads(seen[1].content) == {"prompt": "Hi", "windows": [[4, None]], "max_new_tokens": 9,
+                                           "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}

@@ -173,3 +173,27 @@ def test_clickable_grid_has_a_point_on_every_cell():
     pts = fig.data[1]
     assert sorted(zip(pts.y, pts.x)) == [(l, h) for l in range(2) for h in range(4)]
     assert fig.data[0].hoverinfo == "skip"
+
+
+def test_loss_against_kv_bytes_scales_its_axis_to_the_bytes():
+    fig = F.loss_coverage_figure("kv_bytes", "mixed", curve=[{"x": 4096, "y": 2.0}, {"x": 1024, "y": 2.3}],
+                                 live={"x": 2048, "y": 2.1}, baseline={"x": 4096, "y": 2.0})
+    assert fig.layout.xaxis.title.text.startswith("KV cache")
+    assert fig.layout.xaxis.range is None and fig.layout.xaxis.rangemode == "tozero"
+    assert F.loss_coverage_figure("acr", "mixed").layout.xaxis.range == (0, 1.05)
+
+
+def test_cost_summary_gives_both_fractions_of_full():
+    result = {"kv_bytes": 300, "kv_bytes_full": 1000, "attention_pairs": 1, "attention_pairs_full": 3}
+    assert F.cost_summary(result) == "KV cache 30.0 % of full · attention pairs 33.3 % of full"
+
+
+def test_cache_growth_one_line_per_plan_and_the_full_plan_dashed():
+    from frontend.generate_panel import full_growth, growth
+
+    resp = {"prompt_tokens": 3, "cache_bytes": [30, 40, 40], "kv_bytes_full": 5 * 20}
+    assert growth(resp) == ([3, 4, 5], [30, 40, 40])
+    assert full_growth(resp) == ([3, 4, 5], [60, 80, 100])  # 20 bytes a position, context 5 at the end
+    fig = F.cache_growth_figure({"edited plan": growth(resp)}, full=full_growth(resp))
+    assert [t.name for t in fig.data] == ["edited plan", "full plan"]
+    assert fig.data[1].line.dash == "dash" and fig.data[0].y == (30, 40, 40)

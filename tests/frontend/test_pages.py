@@ -263,3 +263,27 @@ def test_attention_on_the_users_own_text(fake_api):
     at.text_area(key="attention._own_text").input("def f(x): return x").run()
     (_, args, kwargs), = fake_api.called("attention")
     assert args == ("demo", 0, 0) and kwargs["text"] == "def f(x): return x" and not at.exception
+
+
+def test_editor_shows_the_exact_cost_beside_the_loss_for_every_edit(fake_api):
+    at = page("editor")
+    # OWN at T=32: kv entries 4+8+32+16 + 8+32+4+4 = 108 of 256
+    assert any("KV cache 42.2 % of full · attention pairs" in m.value for m in at.markdown)
+    at.selectbox(key="editor._preset").select("all full").run()
+    at.button(key="editor._apply").click().run()
+    assert any("KV cache 100.0 % of full · attention pairs 100.0 % of full" in m.value for m in at.markdown)
+    assert len(fake_api.called("cost")) == 0  # the figures come with the evaluation: no extra call
+
+
+def test_editor_generate_panel_shows_both_continuations(fake_api):
+    at = page("editor", plan="4.4.4.4_8.f.4.4")
+    assert not fake_api.called("generate")  # only on the button
+    at.text_area(key="editor._gen_prompt").input("abc").run()
+    at.slider(key="editor._gen_n").set_value(5).run()
+    at.button(key="editor._gen_btn").click().run()
+    edited, own = fake_api.called("generate")
+    assert edited[1] == ("demo", "abc") and edited[2]["windows"] == [[4, 4, 4, 4], [8, None, 4, 4]]
+    assert own[2]["windows"] is None and own[2]["max_new_tokens"] == 5
+    texts = [t.value for t in at.text]
+    assert "abceeeee" in texts and "abcooooo" in texts
+    assert not at.exception
