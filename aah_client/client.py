@@ -31,7 +31,7 @@ OWN_WINDOW = "own"
 """`attention(window=OWN_WINDOW)` (the default): the head's own window in the model's plan."""
 
 Json = dict[str, Any]
-EvalSet = Literal["mixed", "text", "copy"]
+EvalSet = Literal["mixed", "text", "english", "copy"]
 Agg = Literal["last", "min", "max", "at_step"]
 API_PREFIX = "/api/v1"
 
@@ -144,6 +144,10 @@ class ApiClient:
 
     def model(self, model_id: str) -> Json:
         return self._get(f"/models/{model_id}")
+
+    def register_model(self, path: str, name: str | None = None, seq_len: int | None = None) -> Json:
+        """Register a local model folder (under the server's AAH_MODEL_DIRS); returns its ModelInfo."""
+        return self._post("/models", {"path": path, "name": name, "seq_len": seq_len})
 
     def model_windows(self, model_id: str) -> Json:
         """The model's own plan with its `acr`, `causal_coverage` and `tile_coverage`."""

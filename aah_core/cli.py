@@ -162,7 +162,7 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="print the loss and coverage of a checkpoint under a window plan")
     p.add_argument("checkpoint")
     p.add_argument("--windows", help="JSON plan file: [[w, ...], ...] or {\"windows\": ...}; null = full")
-    p.add_argument("--eval-set", default="mixed", choices=["mixed", "text", "copy"])
+    p.add_argument("--eval-set", default="mixed", choices=["mixed", "text", "english", "copy"])
     p.add_argument("--n-seq", type=int, default=4, help="evaluation sequences (default 4)")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("generate", help="continue a prompt under a window plan (per-head KV caches); print the cost")

@@ -27,8 +27,47 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_serve)
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    """`aah models add PATH`: register a model folder in the store of --data-dir / $AAH_DATA_DIR."""
+    from backend import migrate
+    from backend.db import make_engine, make_session_factory, transaction
+    from backend.errors import ServiceError
+    from backend.services.model_folders import register_model_folder
+    from backend.settings import Settings
+
+    settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.db_path)
+    try:
+        migrate.upgrade(engine)
+        with transaction(make_session_factory(engine)) as s:
+            model_id, d = register_model_folder(s, args.path, args.name, args.seq_len, settings.model_roots,
+                                                settings.data_dir)
+    except ServiceError as exc:
+        print(f"aah models add: error: {exc.detail}", file=sys.stderr)
+        return 2
+    finally:
+        engine.dispose()
+    print(f"registered {model_id!r}: {d.family}, {d.n_layer} layers x {d.n_head} heads, {d.n_params:,} parameters, "
+          f"{d.dtype}, evaluated at seq_len {d.seq_len}. `make demo` (or `aah serve`) shows it in the model picker.")
+    return 0
+
+
+def add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `aah models add` on the engine's parser."""
+    p = sub.add_parser("models", help="register local model folders (Hugging Face causal LMs) with the service")
+    models = p.add_subparsers(dest="models_command", required=True)
+    add = models.add_parser("add", help="register a folder under AAH_MODEL_DIRS (default: <data dir>/models "
+                            "and the local Hugging Face cache)")
+    add.add_argument("path", help="the model folder: config.json, *.safetensors, tokenizer.json")
+    add.add_argument("--name", help="display name (default: the folder's name)")
+    add.add_argument("--seq-len", type=int, help="evaluation context (default min(model maximum, 1024))")
+    add.add_argument("--data-dir", help="the service's data dir (default $AAH_DATA_DIR or ./data)")
+    add.set_defaults(func=cmd_models)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return core_cli.main(argv, extra=(add_serve,))
+    return core_cli.main(argv, extra=(add_serve, add_models))
 
 
 if __name__ == "__main__":

@@ -22,10 +22,11 @@ class CheckpointEntry:
     run_id: int | None
     preset: str | None
     fingerprint: str | None
+    seq_len: int | None = None  # evaluation context of a registered model folder (None: its default)
 
 
 def _entry(row: Checkpoint) -> CheckpointEntry:
-    return CheckpointEntry(row.id, row.name, row.path, row.run_id, row.preset, row.fingerprint)
+    return CheckpointEntry(row.id, row.name, row.path, row.run_id, row.preset, row.fingerprint, row.seq_len)
 
 
 def register_checkpoint(s: Session, entry: CheckpointEntry) -> None:
@@ -35,7 +36,12 @@ def register_checkpoint(s: Session, entry: CheckpointEntry) -> None:
         row = Checkpoint(id=entry.id, created_at=now_ms())
         s.add(row)
     row.name, row.path, row.run_id = entry.name, entry.path, entry.run_id
-    row.preset, row.fingerprint = entry.preset, entry.fingerprint
+    row.preset, row.fingerprint, row.seq_len = entry.preset, entry.fingerprint, entry.seq_len
+
+
+def find_checkpoint_by_path(s: Session, path: str) -> CheckpointEntry | None:
+    row = s.scalars(select(Checkpoint).where(Checkpoint.path == path)).first()
+    return None if row is None else _entry(row)
 
 
 def list_checkpoints(s: Session) -> list[CheckpointEntry]:

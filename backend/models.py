@@ -143,17 +143,18 @@ class WindowAssignment(Base):
 
 
 class Checkpoint(Base):
-    """A model the service can load: a checkpoint directory inside the data dir."""
+    """A model the service can load: a checkpoint inside the data dir, or a registered model folder."""
 
     __tablename__ = "checkpoints"
     __table_args__ = (UniqueConstraint("path", name="uq_checkpoints_path"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
-    path: Mapped[str] = mapped_column(String(500))  # relative to the data dir
+    path: Mapped[str] = mapped_column(String(4096))  # relative to the data dir, or absolute under AAH_MODEL_DIRS
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     preset: Mapped[str | None] = mapped_column(String(100))
     fingerprint: Mapped[str | None] = mapped_column(String(64))
+    seq_len: Mapped[int | None] = mapped_column(Integer)  # evaluation context of a registered HF model (None: default)
     created_at: Mapped[int] = mapped_column(BigInteger)
 
 

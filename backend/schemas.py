@@ -20,7 +20,7 @@ OWN_WINDOW = "own"
 # /attention's window: "own" (the head's window in the model's own plan; the default), an int >= 1, or
 # null (full), the same null as in a plan.
 AttentionWindow = Window | Literal["own"] | None
-EvalSet = Literal["mixed", "text", "copy"]
+EvalSet = Literal["mixed", "text", "english", "copy"]
 # Ids and steps are SQLite integers (64-bit signed): anything larger is a 422, not an overflow.
 DbId = Annotated[int, Field(ge=1, le=2**62)]
 DbStep = Annotated[int, Field(ge=0, le=2**62)]
@@ -56,6 +56,16 @@ class ModelInfo(Response):
     buckets: list[int | None]
     n_params: int
     run_id: int | None
+    family: str = Field(description='"aah" (AAH Studio checkpoint) or the Hugging Face model_type, e.g. "llama"')
+    dtype: str = Field(description="the dtype the model is evaluated in (float32 or bfloat16)")
+
+
+class ModelCreate(Request):
+    """Register a local model folder (a Hugging Face causal LM, or an AAH Studio checkpoint) under AAH_MODEL_DIRS."""
+
+    path: str = Field(min_length=1, max_length=4096, description="the folder, absolute or relative to the first model root")
+    name: str | None = Field(None, min_length=1, max_length=200, description="display name (default: the folder's name)")
+    seq_len: int | None = Field(None, ge=2, le=1 << 20, description="evaluation context (default min(model maximum, 1024))")
 
 
 class CoverageFields(Response):
@@ -85,7 +95,7 @@ class ModelWindowsResponse(CoverageFields, CostFields):
 class TextInfo(Response):
     id: str
     name: str
-    kind: Literal["text", "copy"]
+    kind: Literal["text", "english", "copy"]
     n_tokens: int
     preview: str
 

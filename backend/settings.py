@@ -6,6 +6,7 @@ reaches the code through ``app.state.settings`` and the dependencies in ``deps.p
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
@@ -57,6 +58,12 @@ class Settings(BaseSettings):
         "", description="Folders (separated by ':' or ',') that training jobs may read corpora and tokenizer "
         "folders from, besides the data dir. Nothing outside these roots is ever read for a job."
     )
+    model_dirs: str | None = Field(
+        None, description="Folders (separated by ':' or ',') under which model folders may be "
+        "registered. Default: models/ in the data dir and, when it exists, the local Hugging Face cache."
+    )
+    hf_hub_cache: Path | None = Field(None, validation_alias="HF_HUB_CACHE", description="The Hugging Face cache.")
+    hf_home: Path | None = Field(None, validation_alias="HF_HOME", description="Hugging Face's home (cache in hub/).")
 
     @field_validator("data_dir")
     @classmethod
@@ -69,6 +76,15 @@ class Settings(BaseSettings):
         if value is not None and value.get_secret_value():
             parse_database_url(value.get_secret_value())
         return value
+
+    @property
+    def model_roots(self) -> list[Path]:
+        """The resolved folders under which model folders may be registered (AAH_MODEL_DIRS)."""
+        if self.model_dirs:
+            return [Path(p).expanduser().resolve() for p in self.model_dirs.replace(",", ":").split(":") if p.strip()]
+        cache = self.hf_hub_cache or (self.hf_home / "hub" if self.hf_home else Path.home() / ".cache/huggingface/hub")
+        cache = cache.expanduser().resolve()
+        return [self.data_dir / "models"] + ([cache] if cache.is_dir() else [])
 
     @property
     def db_path(self) -> Path:

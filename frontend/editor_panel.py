@@ -13,6 +13,7 @@ from frontend import history as H
 from frontend import plans as P
 
 PAGE = "editor"
+EVAL_SETS = ("mixed", "text", "english", "copy")  # the API's EvalSet; english: the bundled English text
 PRESETS = ["model's own plan", "all full", "uniform window", "k full heads per layer",
            "budgeted allocation", "controller's plan (training run)"]
 

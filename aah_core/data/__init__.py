@@ -10,10 +10,13 @@ from aah_core.config import DataConfig
 from aah_core.data.corpus import Corpus, load_corpus
 from aah_core.data.synthetic import copy_chance, copy_sequences, recall_sequences
 from aah_core.data.tokenizers import ByteTokenizer, Tokenizer, make_tokenizer
+from aah_core.shipped import shipped_data_dir
 
 __all__ = ["ByteTokenizer", "Corpus", "DataStream", "EvalBatch", "Tokenizer", "copy_chance", "make_tokenizer"]
 
 EVAL_SEED = 1234
+EVAL_SETS = ("mixed", "text", "english", "copy")
+ENGLISH_TEXT = shipped_data_dir() / "corpus" / "english.txt"
 # evaluation copy spans start above the small windows, so cutting a recall head below them shows
 EVAL_COPY_MIN_SPAN = 50
 
@@ -35,11 +38,15 @@ class EvalBatch:
 class DataStream:
     """Training batches (seeded, per rank) and fixed evaluation batches for one data config."""
 
-    def __init__(self, cfg: DataConfig, seq_len: int, seed: int = 0, rank: int = 0) -> None:
+    def __init__(self, cfg: DataConfig, seq_len: int, seed: int = 0, rank: int = 0,
+                 tokenizer: Tokenizer | None = None, eval_only: bool = False) -> None:
+        """`tokenizer` overrides the one cfg names (a model's own, e.g. a Hugging Face tokenizer);
+        `eval_only` tokenizes only the validation split (no train_batch then)."""
         self.cfg = cfg
         self.seq_len = seq_len
-        self.tokenizer = make_tokenizer(cfg.tokenizer, cfg.tokenizer_dir)
-        self.corpus = load_corpus(cfg.corpus, self.tokenizer, cfg.val_fraction)
+        self.tokenizer = tokenizer or make_tokenizer(cfg.tokenizer, cfg.tokenizer_dir)
+        self._english: torch.Tensor | None = None
+        self.corpus = load_corpus(cfg.corpus, self.tokenizer, cfg.val_fraction, with_train=not eval_only)
         if len(self.corpus.val) <= seq_len + 1:
             raise ValueError(f"validation split ({len(self.corpus.val)} tokens) is shorter than seq_len+1")
         self.gen = torch.Generator().manual_seed(seed * 1000 + rank)
@@ -73,19 +80,35 @@ class DataStream:
             xs.append(x), ys.append(y)
         return torch.cat(xs), torch.cat(ys)
 
+    def _spaced(self, ids: torch.Tensor, n: int, kind: str) -> EvalBatch:
+        """n evenly spaced windows of seq_len+1 tokens over ids: deterministic and spread out."""
+        if len(ids) <= self.seq_len + 1:
+            raise ValueError(f"the {kind} eval set has {len(ids)} tokens, fewer than seq_len+1={self.seq_len + 1}")
+        stride = max(1, (len(ids) - self.seq_len - 1) // max(n, 1))
+        rows = torch.stack([ids[i * stride : i * stride + self.seq_len + 1] for i in range(n)])
+        return EvalBatch(rows[:, :-1], rows[:, 1:], [kind] * n)
+
+    def english_ids(self) -> torch.Tensor:
+        """The bundled English text (data/corpus/english.txt) in this stream's tokenizer."""
+        if self._english is None:
+            self._english = torch.tensor(self.tokenizer.encode(ENGLISH_TEXT.read_text(encoding="utf-8")), dtype=torch.long)
+        return self._english
+
     def eval_batch(self, kind: str, n: int) -> EvalBatch:
-        """A fixed batch: the same n sequences every time for the same config. kind: text | copy | mixed."""
-        if kind not in ("text", "copy", "mixed"):
-            raise ValueError(f"eval set must be 'text', 'copy' or 'mixed'; got {kind!r}")
+        """A fixed batch: the same n sequences every time for the same config.
+
+        kind: text (the corpus' validation split) | english (the bundled English text) | copy | mixed (text + copy).
+        """
+        if kind not in EVAL_SETS:
+            raise ValueError(f"eval set must be one of {', '.join(map(repr, EVAL_SETS))}; got {kind!r}")
         if kind == "mixed":
             text, syn = self.eval_batch("text", n - n // 2), self.eval_batch("copy", n // 2)
             return EvalBatch(torch.cat((text.idx, syn.idx)), torch.cat((text.targets, syn.targets)), text.kinds + syn.kinds)
         gen = torch.Generator().manual_seed(EVAL_SEED)
         if kind == "text":
-            # evenly spaced windows over the validation split: deterministic and spread out
-            stride = max(1, (len(self.corpus.val) - self.seq_len - 1) // max(n, 1))
-            rows = torch.stack([self.corpus.val[i * stride : i * stride + self.seq_len + 1] for i in range(n)])
-            return EvalBatch(rows[:, :-1], rows[:, 1:], ["text"] * n)
+            return self._spaced(self.corpus.val, n, "text")
+        if kind == "english":
+            return self._spaced(self.english_ids(), n, "english")
         if self.cfg.synthetic == "none":
             raise ValueError("this model was trained without a synthetic task (data.synthetic='none')")
         x, y = self._synthetic(n, gen, EVAL_COPY_MIN_SPAN)

@@ -49,8 +49,9 @@ def _read_documents(source: str) -> tuple[list[tuple[str, str]], str]:
     raise InvalidConfig(f"data.corpus={source!r} is neither 'default' nor an existing file or folder")
 
 
-def load_corpus(source: str, tokenizer: Tokenizer, val_fraction: float) -> Corpus:
-    """Tokenise a corpus and split it deterministically into train and validation ids."""
+def load_corpus(source: str, tokenizer: Tokenizer, val_fraction: float, with_train: bool = True) -> Corpus:
+    """Tokenise a corpus and split it deterministically into train and validation ids (train left
+    empty when not `with_train`: evaluation needs only the validation split)."""
     docs, name = _read_documents(source)
     digest = hashlib.sha256(f"{tokenizer.name}|{val_fraction}".encode())
     every = max(2, round(1 / val_fraction))
@@ -64,8 +65,8 @@ def load_corpus(source: str, tokenizer: Tokenizer, val_fraction: float) -> Corpu
         for i, (doc_name, text) in enumerate(docs):
             digest.update(doc_name.encode() + b"\0" + text.encode() + b"\0")
             (val_text if i % every == every // 2 else train_text).append(text)
-    train = torch.tensor(tokenizer.encode(SEPARATOR.join(train_text)), dtype=torch.long)
+    train = torch.tensor(tokenizer.encode(SEPARATOR.join(train_text)) if with_train else [], dtype=torch.long)
     val = torch.tensor(tokenizer.encode(SEPARATOR.join(val_text)), dtype=torch.long)
-    if len(val) < 2 or len(train) < 2:
+    if len(val) < 2 or (with_train and len(train) < 2):
         raise InvalidConfig(f"corpus {name!r} is too small to split (train {len(train)}, val {len(val)} tokens)")
     return Corpus(train=train, val=val, data_hash=digest.hexdigest()[:16], name=name)

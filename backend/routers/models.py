@@ -22,6 +22,7 @@ from backend.schemas import (
     EvaluateResponse,
     GenerateRequest,
     GenerateResponse,
+    ModelCreate,
     ModelInfo,
     ModelWindowsResponse,
     RetainedMassResponse,
@@ -40,6 +41,13 @@ PREVIEW_CHARS = 80
 def read_models(registry: RegistryDep) -> list[ModelInfo]:
     """Registered checkpoints (the demo model first on a fresh store)."""
     return registry.list_models()
+
+
+@router.post("", status_code=201)
+def create_model(body: ModelCreate, registry: RegistryDep) -> ModelInfo:
+    """Register a local model folder (a Hugging Face causal LM with config.json, *.safetensors and
+    tokenizer.json, or an AAH Studio checkpoint) that lies under a model root (AAH_MODEL_DIRS)."""
+    return registry.register(body.path, body.name, body.seq_len)
 
 
 @router.get("/{model_id}")

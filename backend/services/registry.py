@@ -2,7 +2,9 @@
 evaluation batches, prefix-cached evaluators and bundled texts; plus a result cache by plan.
 
 Checkpoint paths are stored relative to the data dir and refused if they resolve outside
-it (no traversal, no symlink escapes). Only safetensors + JSON checkpoints are loaded.
+it; registered model folders (services/model_folders.py) may instead be absolute under a model
+root (AAH_MODEL_DIRS). No traversal, no symlink escapes; only safetensors are loaded. A model of
+either format is opened through aah_core.model_files and used only through WindowedLM.
 """
 
 from __future__ import annotations
@@ -18,18 +20,18 @@ from typing import Any
 import torch
 from sqlalchemy.orm import Session, sessionmaker
 
-from aah_core.checkpoint import CheckpointInfo, load_checkpoint, read_checkpoint_info
 from aah_core.data import DataStream, EvalBatch, Tokenizer
-from aah_core.errors import AAHError, CheckpointError
+from aah_core.errors import AAHError
 from aah_core.evaluate import PrefixCachedEvaluator
 from aah_core.model_api import WindowedLM
-from aah_core.paths import confine_data_paths
+from aah_core.model_files import ModelDescription, describe_model, open_model
 from aah_core.windows import encode_window
 from backend import catalog
 from backend.db import transaction
 from backend.errors import InvalidInput, NotFound, Unavailable
 from backend.schemas import ModelInfo
 from backend.services.cache import LruCache
+from backend.services.model_folders import register_model_folder
 from backend.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -82,7 +84,7 @@ class LoadedModel:
         """Bundled texts for heatmaps: the first sequences of the text and copy evaluation sets."""
         if self._texts is None:
             texts: dict[str, TextSample] = {}
-            for kind, label in (("text", "Validation text"), ("copy", "Copy task")):
+            for kind, label in (("text", "Validation text"), ("english", "English text"), ("copy", "Copy task")):
                 try:
                     batch = self.stream.eval_batch(kind, TEXT_SEQS)
                 except ValueError:  # trained without a synthetic task
@@ -99,12 +101,11 @@ class LoadedModel:
         return texts[text_id]
 
 
-def _model_info(entry: catalog.CheckpointEntry, ckpt: CheckpointInfo) -> ModelInfo:
-    m = ckpt.config.model
-    buckets = [encode_window(b, m.seq_len) for b in m.buckets]
-    return ModelInfo(id=entry.id, name=entry.name, n_layer=m.n_layer, n_head=m.n_head, seq_len=m.seq_len,
-                     preset=entry.preset or ckpt.config.preset, buckets=buckets, n_params=ckpt.n_params,
-                     run_id=entry.run_id)
+def _model_info(entry: catalog.CheckpointEntry, d: ModelDescription) -> ModelInfo:
+    buckets = [encode_window(b, d.seq_len) for b in d.buckets]
+    return ModelInfo(id=entry.id, name=entry.name, n_layer=d.n_layer, n_head=d.n_head, seq_len=d.seq_len,
+                     preset=entry.preset or d.preset, buckets=buckets, n_params=d.n_params, run_id=entry.run_id,
+                     family=d.family, dtype=d.dtype)
 
 
 class Registry:
@@ -120,7 +121,13 @@ class Registry:
     # -- paths and metadata ---------------------------------------------------------------
 
     def resolve(self, relative: str) -> Path:
-        """A stored checkpoint path, resolved and checked to lie inside the data dir."""
+        """A stored model path, resolved: a relative one must lie inside the data dir, an absolute one
+        (a registered folder) under a model root."""
+        if Path(relative).is_absolute():
+            path = Path(relative).resolve()
+            if not any(path.is_relative_to(root) for root in self.settings.model_roots):
+                raise Unavailable(f"model path {relative!r} is outside AAH_MODEL_DIRS; refusing to load it")
+            return path
         root = self.settings.data_dir.resolve()
         path = (root / relative).resolve()
         if not path.is_relative_to(root):
@@ -132,7 +139,7 @@ class Registry:
             return catalog.get_checkpoint(s, model_id)
 
     def _info_from_files(self, entry: catalog.CheckpointEntry) -> ModelInfo:
-        """ModelInfo from the checkpoint's files (aah_core.checkpoint.read_checkpoint_info), no weights."""
+        """ModelInfo from the folder's files (aah_core.model_files.describe_model), no weights."""
         path = self.resolve(entry.path)
         try:
             stamp = (path / "config.json").stat().st_mtime
@@ -141,10 +148,10 @@ class Registry:
         key = (entry.id, entry.path, stamp)
         if key not in self._infos:
             try:
-                ckpt = read_checkpoint_info(path)
-            except CheckpointError as exc:
+                description = describe_model(path, entry.seq_len)
+            except (AAHError, ValueError, OSError) as exc:
                 raise Unavailable(f"model {entry.id!r}: checkpoint {entry.path!r} is unreadable ({exc})") from None
-            self._infos[key] = _model_info(entry, ckpt)
+            self._infos[key] = _model_info(entry, description)
         return self._infos[key]
 
     def list_models(self) -> list[ModelInfo]:
@@ -162,6 +169,14 @@ class Registry:
     def info(self, model_id: str) -> ModelInfo:
         return self._info_from_files(self._entry(model_id))
 
+    def register(self, path: str, name: str | None, seq_len: int | None) -> ModelInfo:
+        """Register a model folder under the model roots (422 outside them or unreadable, 409 if known)."""
+        with transaction(self.sessions) as s:
+            model_id, _ = register_model_folder(s, path, name, seq_len, self.settings.model_roots,
+                                                self.settings.data_dir)
+        logger.info("model %s registered from %s", model_id, path)
+        return self.info(model_id)
+
     # -- loading --------------------------------------------------------------------------
 
     def get(self, model_id: str) -> LoadedModel:
@@ -178,13 +193,10 @@ class Registry:
             entry = self._entry(model_id)
             info = self._info_from_files(entry)
             try:
-                ckpt = load_checkpoint(self.resolve(entry.path))
-                # its texts are served: its corpus must lie under the allowed roots like a job's
-                data = confine_data_paths(ckpt.config, self.settings.path_roots).data
-                stream = DataStream(data, ckpt.config.model.seq_len)
-            except (CheckpointError, AAHError, ValueError, OSError) as exc:
+                opened = open_model(self.resolve(entry.path), entry.seq_len, data_roots=self.settings.path_roots)
+            except (AAHError, ValueError, OSError) as exc:
                 raise Unavailable(f"model {model_id!r} cannot be loaded: {exc}") from None
-            loaded = LoadedModel(model_id, ckpt.model, info, stream)
+            loaded = LoadedModel(model_id, opened.model, info, opened.stream)
             logger.info("model %s loaded from %s", model_id, entry.path)
             with self._lock:
                 self._loaded[model_id] = loaded

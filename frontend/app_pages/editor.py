@@ -18,10 +18,11 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
     ids = [m["id"] for m in models]
     C.ensure_option(PAGE, "model", ids, "no such model")
     c1, c2, c3 = st.columns([3, 1, 2])
-    names = {m["id"]: f"{m['name']} ({m['n_layer']}×{m['n_head']} heads, T={m['seq_len']})" for m in models}
+    names = {m["id"]: f"{m['name']} ({m.get('family', 'aah')}, {m['n_layer']}×{m['n_head']} heads, T={m['seq_len']})"
+             for m in models}
     model_id = c1.selectbox("Model", ids, format_func=names.get, key=C.key(PAGE, "model"))
-    C.ensure_option(PAGE, "eval", ["mixed", "text", "copy"])
-    c2.selectbox("Eval set", ["mixed", "text", "copy"], key=C.key(PAGE, "eval"))
+    C.ensure_option(PAGE, "eval", list(E.EVAL_SETS))
+    c2.selectbox("Eval set", list(E.EVAL_SETS), key=C.key(PAGE, "eval"))
     C.ensure_option(PAGE, "metric", ["causal_coverage", "acr"])
     c3.selectbox("Coverage metric for plots", ["causal_coverage", "acr"], key=C.key(PAGE, "metric"))
     model = next(m for m in models if m["id"] == model_id)

@@ -42,7 +42,9 @@ def test_own_windows_with_coverage(client):
 
 def test_texts(client):
     texts = client.get(f"{API}/models/demo/texts").json()
-    assert [t["id"] for t in texts] == ["text-0", "text-1", "copy-0", "copy-1"]
+    assert [t["id"] for t in texts] == ["text-0", "text-1", "english-0", "english-1", "copy-0", "copy-1"]
+    english = next(t for t in texts if t["id"] == "english-0")
+    assert english["kind"] == "english" and english["preview"].startswith("The Keeper of the Northern Light")
     assert all(t["n_tokens"] == 64 and t["preview"] for t in texts)
 
 

@@ -77,7 +77,7 @@ class FakeApi:
     def models(self):
         self._rec("models")
         return [{"id": "demo", "name": "demo", "n_layer": N_LAYER, "n_head": N_HEAD, "seq_len": T,
-                 "preset": "demo", "buckets": BUCKETS, "n_params": 1000, "run_id": 1}]
+                 "preset": "demo", "buckets": BUCKETS, "n_params": 1000, "run_id": 1, "family": "aah", "dtype": "float32"}]
 
     def model_windows(self, model_id):
         self._rec("model_windows", model_id)

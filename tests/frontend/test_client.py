@@ -54,6 +54,7 @@ def test_post_bodies_follow_the_contract():
     api.create_view("v", "editor", {"plan": "4.f"})
     api.attention("demo", 0, 1, text="hello there", window=8)
     api.cancel_run(7)
+    api.register_model("my-llama", name="My Llama")
     bodies = [(r.method, r.url.path, json.loads(r.content or b"null")) for r in seen]
     assert bodies[0] == ("POST", "/api/v1/models/demo/evaluate",
                          {"windows": [[4, None]], "eval_set": "copy", "per_token": True})
@@ -65,6 +66,7 @@ def test_post_bodies_follow_the_contract():
     assert bodies[6] == ("POST", "/api/v1/models/demo/attention",
                          {"layer": 0, "head": 1, "text": "hello there", "text_id": None, "window": 8})
     assert bodies[7][:2] == ("POST", "/api/v1/runs/7/cancel")
+    assert bodies[8] == ("POST", "/api/v1/models", {"path": "my-llama", "name": "My Llama", "seq_len": None})
 
 
 def test_token_is_sent_as_bearer():

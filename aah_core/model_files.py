@@ -1,0 +1,72 @@
+"""Model folders the service can open, of either format, behind the one model interface:
+an AAH Studio checkpoint (aah_core/checkpoint.py) or a local Hugging Face causal LM (aah_core/hf/).
+The caller never asks which: `describe_model` reads a folder without its weights, `open_model`
+loads it with the fixed evaluation data tokenized by the model's own tokenizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from aah_core.checkpoint import load_checkpoint, read_checkpoint_info
+from aah_core.config import DataConfig
+from aah_core.data import DataStream
+from aah_core.errors import CheckpointError
+from aah_core.hf.folder import is_hf_folder
+from aah_core.model_api import WindowedLM, power_of_two_buckets
+from aah_core.paths import confine_data_paths
+
+AAH_FAMILY = "aah"  # WindowedGPT, AAH Studio's own checkpoints
+
+
+@dataclass(frozen=True)
+class ModelDescription:
+    family: str  # "aah", or the Hugging Face model_type ("llama", "qwen3", ...)
+    n_layer: int
+    n_head: int  # query heads
+    seq_len: int  # the evaluation context; windows >= seq_len are full
+    buckets: list[int]  # window choices, ascending, full written as seq_len
+    n_params: int
+    dtype: str
+    preset: str | None
+
+
+@dataclass
+class OpenedModel:
+    model: WindowedLM
+    stream: DataStream  # fixed evaluation batches and texts, in the model's own tokenizer
+
+
+def describe_model(path: str | Path, seq_len: int | None = None) -> ModelDescription:
+    """What a model folder holds, without reading weights. `seq_len` applies to Hugging Face models
+    (default min(model maximum, 1024)); a checkpoint's context is its own. Raises CheckpointError."""
+    path = Path(path)
+    if is_hf_folder(path):
+        from aah_core.hf import describe_hf_model
+
+        hf = describe_hf_model(path, seq_len)
+        return ModelDescription(hf.family, hf.n_layer, hf.n_head, hf.seq_len, power_of_two_buckets(hf.seq_len),
+                                hf.n_params, hf.dtype, None)
+    info = read_checkpoint_info(path)
+    m = info.config.model
+    if seq_len is not None and seq_len != m.seq_len:
+        raise CheckpointError(f"{path}: an AAH Studio checkpoint is evaluated at its own seq_len={m.seq_len}")
+    return ModelDescription(AAH_FAMILY, m.n_layer, m.n_head, m.seq_len, m.bucket_windows, info.n_params, "float32",
+                            info.config.preset)
+
+
+def open_model(path: str | Path, seq_len: int | None = None, data_roots: Sequence[Path] | None = None) -> OpenedModel:
+    """Load a model folder of either format. A checkpoint's own corpus / tokenizer folder must lie under
+    `data_roots` when given (aah_core.paths). Raises CheckpointError or InvalidConfig (or ValueError for its data)."""
+    path = Path(path)
+    if is_hf_folder(path):
+        from aah_core.hf import open_hf_model
+
+        model = open_hf_model(path, seq_len)
+        return OpenedModel(model, DataStream(DataConfig(), model.seq_len, tokenizer=model.tokenizer, eval_only=True))
+    ckpt = load_checkpoint(path)
+    data = ckpt.config.data if data_roots is None else confine_data_paths(ckpt.config, data_roots).data
+    stream = DataStream(data, ckpt.config.model.seq_len, tokenizer=ckpt.model.tokenizer, eval_only=True)
+    return OpenedModel(ckpt.model, stream)
