@@ -6,7 +6,6 @@ reaches the code through ``app.state.settings`` and the dependencies in ``deps.p
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
