@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from aah_core.coerce import coerce, field_types
+from aah_core.controller_config import ControllerSettings, parse_controller
 from aah_core.errors import InvalidConfig
 from aah_core.windows import decode_window
 
@@ -112,13 +114,26 @@ class TrainConfig:
 
 @dataclass
 class RunConfig:
-    """Everything needed to reproduce a run. `controller` is the controller section (a dict of settings)."""
+    """Everything needed to reproduce a run.
+
+    `controller` is the controller section as typed JSON (the keys given, values coerced); it is parsed
+    and checked against the model on construction (aah_core.controller_config), so a bad
+    ``controller.*`` setting fails here, not when training starts. `controller_settings` is its typed form.
+    """
 
     preset: str = "custom"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     controller: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _, self.controller = parse_controller(self.controller, self.model)
+
+    @property
+    def controller_settings(self) -> ControllerSettings:
+        """The typed controller settings (parsed afresh, so they always match `controller`)."""
+        return parse_controller(self.controller, self.model)[0]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -131,7 +146,7 @@ class RunConfig:
         if unknown:
             raise InvalidConfig(f"unknown config sections {sorted(unknown)}; expected preset, model, data, train, controller")
         sections = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
-        kwargs: dict[str, Any] = {"preset": raw.get("preset", "custom"), "controller": dict(raw.get("controller", {}))}
+        kwargs: dict[str, Any] = {"preset": raw.get("preset", "custom"), "controller": raw.get("controller", {})}
         for name, section_cls in sections.items():
             kwargs[name] = _section_from_dict(section_cls, raw.get(name, {}), name)
         return cls(**kwargs)
@@ -147,40 +162,7 @@ def _section_from_dict(section_cls: type, raw: dict[str, Any], prefix: str) -> A
     return section_cls(**raw)
 
 
-def coerce_value(value: Any, current: Any, key: str) -> Any:
-    """Convert an override (maybe a string from the CLI) to the type of the current value."""
-    if isinstance(current, bool):
-        if isinstance(value, bool):
-            return value
-        if str(value).lower() in ("true", "1", "yes"):
-            return True
-        if str(value).lower() in ("false", "0", "no"):
-            return False
-        raise InvalidConfig(f"{key} expects true/false; got {value!r}")
-    try:
-        if isinstance(current, int) and not isinstance(value, bool):
-            as_float = float(value)
-            if as_float != int(as_float):
-                raise ValueError
-            return int(as_float)
-        if isinstance(current, float) and not isinstance(value, bool):
-            return float(value)
-    except (TypeError, ValueError):
-        raise InvalidConfig(f"{key} expects a {type(current).__name__}; got {value!r}") from None
-    if isinstance(current, list):
-        if isinstance(value, str):
-            import json
-
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                raise InvalidConfig(f"{key} expects a JSON list; got {value!r}") from None
-        if not isinstance(value, list):
-            raise InvalidConfig(f"{key} expects a list; got {value!r}")
-        return value
-    if isinstance(current, str):
-        return str(value)
-    return value
+SECTIONS = {"model": field_types(ModelConfig), "data": field_types(DataConfig), "train": field_types(TrainConfig)}
 
 
 def apply_overrides(config: RunConfig, overrides: dict[str, Any]) -> RunConfig:
@@ -195,5 +177,5 @@ def apply_overrides(config: RunConfig, overrides: dict[str, Any]) -> RunConfig:
             raise InvalidConfig(f"unknown config key {key!r}; use model.*, data.*, train.* or controller.*")
         if name not in raw[section]:
             raise InvalidConfig(f"unknown config key {key!r}; known {section} keys: {sorted(raw[section])}")
-        raw[section][name] = coerce_value(value, raw[section][name], key)
+        raw[section][name] = coerce(value, SECTIONS[section][name], key)
     return RunConfig.from_dict(raw)

@@ -21,12 +21,13 @@ from typing import Any
 
 import torch
 
+from aah_core import paper
 from aah_core.config import RunConfig, apply_overrides
+from aah_core.paper import PAPER_ROWS
 from aah_core.presets import get_preset
 from aah_core.train import Callback, JsonlSink, PlanJsonlSink, train
 from aah_core.windows import causal_coverage
 
-PAPER_ROWS = ("baseline", "grouping_off", "full_adaptive", "shallow_freeze", "deep_practical_reuse")
 MATCHED_ROWS = ("fixed_window", "learned_budget")  # set to full_adaptive's measured coverage
 
 # Buckets T/8, T/4, T/2, T as in the paper's 4096 suite (512..4096); text only, like its WikiText runs.
@@ -41,15 +42,6 @@ SCALES: dict[str, dict[str, Any]] = {
 # the controller's warmup and interval at each scale (the paper: 100 of 10,000 steps, every 5 steps)
 CONTROL = {"tiny": {"controller.warmup_steps": 40, "controller.control_interval": 5}}
 
-# aah_method §6.1: the paper's Table 1 (step 10000, T=4096, 1b model, seed 0, first 20 val blocks)
-PAPER_TABLE1 = [
-    # method, val_loss, ACR_train, train tok/s, fractions 512/1024/2048/4096
-    ("baseline", 6.5672, 1.0000, 4418, None),
-    ("grouping_off", 6.5655, 0.5814, 3634, (0.328, 0.089, 0.130, 0.453)),
-    ("full_adaptive", 6.5590, 0.3066, 3399, (0.630, 0.120, 0.104, 0.146)),
-    ("shallow_freeze", 6.5367, 0.3724, 3534, (0.500, 0.188, 0.099, 0.214)),
-    ("deep_practical_reuse", 6.5549, 0.2891, 3395, (0.563, 0.250, 0.063, 0.125)),
-]
 # two-sided 95% Student t quantiles by degrees of freedom (seeds - 1)
 T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
@@ -74,9 +66,9 @@ def run_config(row: str, scale: str, seed: int, impl: str, matched: float | None
                           **{k: v for k, v in extra.items() if k.startswith("controller.")}})
     cfg = apply_overrides(cfg, overrides)
     if row == "fixed_window" and matched is not None:
-        cfg.controller["window"] = matched_window(cfg, matched)
+        cfg = apply_overrides(cfg, {"controller.window": matched_window(cfg, matched)})
     if row == "learned_budget" and matched is not None:
-        cfg.controller["budget"] = round(matched, 4)
+        cfg = apply_overrides(cfg, {"controller.budget": round(matched, 4)})
     return cfg
 
 
@@ -253,9 +245,10 @@ def render(report: dict[str, Any]) -> str:
             "half-interval over seeds; *noise* marks a difference whose interval contains 0."]
     out += ["", "## The paper's Table 1 (quoted: arXiv 2608.19203, step 10000, T=4096, one seed)", "",
             "| method | val_loss | ACR_train | frac 512/1024/2048/4096 | train tok/s |", "|---|---|---|---|---|"]
-    for name, loss, acr_, toks, frac in PAPER_TABLE1:
-        frac_s = "–" if frac is None else "/".join(f"{f:.3f}" for f in frac)
-        out.append(f"| {name} | {loss:.4f} | {acr_:.4f} | {frac_s} | {toks} |")
+    for row in paper.ROWS:
+        t = row.table1
+        frac_s = "–" if t.fractions is None else "/".join(f"{f:.3f}" for f in t.fractions)
+        out.append(f"| {row.row} | {t.val_loss:.4f} | {t.acr:.4f} | {frac_s} | {t.train_tokens_per_s:.0f} |")
     out += ["", "## Reading", "", *_reading(report, summary), "", "## What differs from the paper's setup", "",
             *_caveats(report), ""]
     return "\n".join(out)
@@ -306,8 +299,8 @@ def _reading(report: dict[str, Any], summary: dict[str, Any]) -> list[str]:
         used = statistics.mean(r["causal_coverage"] for r in learned)
         lines.append(f"- `learned_budget` was given causal_coverage <= {budget} and ended at {used:.3f} on average "
                      f"(every seed within budget: {all(r['causal_coverage'] <= budget + 1e-9 for r in learned)}).")
-    paper = {row[0]: row[1] for row in PAPER_TABLE1}
-    spread = max(paper.values()) - min(paper.values())
+    reported = [row.table1.val_loss for row in paper.ROWS]
+    spread = max(reported) - min(reported)
     lines.append(f"- The paper's five rows span {spread:.4f} nats, one seed each; its own two inference exports "
                  "disagree on the baseline / grouping_off order, so differences below about 0.01 nats there are noise too.")
     if "baseline" in summary:

@@ -25,7 +25,7 @@ ERROR_STATUSES = {
     "409": "Conflict (e.g. cancelling a run that already ended)",
     "413": "Request body larger than AAH_MAX_BODY_BYTES",
     "422": "Validation error; detail names the field",
-    "503": "Not available now (job cap reached, model cannot be loaded, allocator not installed)",
+    "503": "Not available now (job cap reached, model cannot be loaded)",
 }
 
 

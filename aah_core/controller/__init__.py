@@ -12,8 +12,7 @@ from typing import Any
 import torch
 
 from aah_core.config import RunConfig
-from aah_core.controller.settings import coerce_setting
-from aah_core.errors import InvalidConfig
+from aah_core.controller_config import MODES, StaticSettings
 from aah_core.model import WindowedGPT
 from aah_core.windows import uniform_plan, validate_plan
 
@@ -24,22 +23,13 @@ class Controller:
     def __init__(self, config: RunConfig, model: WindowedGPT) -> None:
         self.config = config
         self.model = model
-        settings = dict(config.controller)
-        settings.pop("mode", None)
+        s = config.controller_settings
+        assert isinstance(s, StaticSettings), s
         m = config.model
-        # `aah train --set controller.window=32` passes strings; JSON bodies pass typed values
-        if "plan" in settings:
-            raw = settings.pop("plan")
-            if isinstance(raw, str):
-                raw = coerce_setting(raw, list[list[int | None]], "controller.plan")
-            plan = validate_plan(raw, m.n_layer, m.n_head, m.seq_len)
+        if s.plan is not None:
+            plan = validate_plan(s.plan, m.n_layer, m.n_head, m.seq_len)
         else:
-            window = settings.pop("window", None)
-            if isinstance(window, str):
-                window = coerce_setting(window, int | None, "controller.window")
-            plan = uniform_plan(m.n_layer, m.n_head, m.seq_len, window)
-        if settings:
-            raise InvalidConfig(f"unknown controller key(s) {sorted(settings)} for the static controller")
+            plan = uniform_plan(m.n_layer, m.n_head, m.seq_len, s.window)
         model.set_plan(plan)
 
     def on_step_start(self, step: int) -> None:
@@ -64,17 +54,14 @@ class Controller:
         """Detach whatever hooks the controller put on the model."""
 
 
-MODES = ("static", "static_per_layer", "aah", "learned")
-
-
 def build_controller(config: RunConfig, model: WindowedGPT) -> Controller:
-    """The controller named by controller.mode; settings are validated here, before any training step.
+    """The controller named by controller.mode (its settings were validated when the config was built).
 
     static: a fixed plan (plan / window); static_per_layer: one window per layer (variants.py);
     aah: the paper's AAH-v3 control branch and its variants (aah.py); learned: a window policy
     trained under a coverage budget (learned.py).
     """
-    mode = config.controller.get("mode", "static")
+    mode = config.controller_settings.mode
     if mode == "static":
         return Controller(config, model)
     if mode == "static_per_layer":
@@ -89,9 +76,4 @@ def build_controller(config: RunConfig, model: WindowedGPT) -> Controller:
         from aah_core.controller.learned import LearnedBudgetController
 
         return LearnedBudgetController(config, model)
-    raise InvalidConfig(f"unknown controller.mode {mode!r}; choose one of {list(MODES)}")
-
-
-def check_controller(config: RunConfig) -> None:
-    """Validate a config's controller section without training (raises InvalidConfig), e.g. for a job API."""
-    build_controller(config, WindowedGPT(config.model)).close()
+    raise AssertionError(f"controller mode {mode!r} has settings but no controller; modes: {MODES}")

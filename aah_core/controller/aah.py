@@ -27,7 +27,7 @@ from aah_core.controller.hierarchy import (
 from aah_core.controller.observer import FeatureObserver
 from aah_core.controller.policy import ramp, resolution_ema, select, warmup_index, windows_of
 from aah_core.controller.scorers import LayerScorers, base_inputs, enriched_inputs, input_dim
-from aah_core.controller.settings import AAHSettings, settings_from_config
+from aah_core.controller_config import AAHSettings
 from aah_core.errors import InvalidConfig
 from aah_core.model import WindowedGPT
 from aah_core.windows import acr
@@ -58,7 +58,8 @@ class AAHController(Controller):
 
     def __init__(self, config: RunConfig, model: WindowedGPT) -> None:
         self.config, self.model = config, model
-        self.s = s = settings_from_config(AAHSettings, config, "aah")
+        self.s = s = config.controller_settings
+        assert isinstance(s, AAHSettings), s
         m = config.model
         self.T, self.buckets, self.n_head = m.seq_len, m.bucket_windows, m.n_head
         self.full_idx = len(self.buckets) - 1

@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from aah_core.config import RunConfig
 from aah_core.controller import Controller
-from aah_core.controller.settings import LearnedSettings, min_reachable_coverage, settings_from_config
+from aah_core.controller_config import LearnedSettings
 from aah_core.errors import InvalidConfig
 from aah_core.model import WindowedGPT
 from aah_core.windows import pair_count
@@ -65,13 +65,8 @@ class LearnedBudgetController(Controller):
 
     def __init__(self, config: RunConfig, model: WindowedGPT) -> None:
         self.config, self.model = config, model
-        self.s = s = settings_from_config(LearnedSettings, config, "learned")
-        floor = min_reachable_coverage(config, s.budget_metric)
-        if s.budget < floor - 1e-12:
-            raise InvalidConfig(
-                f"controller.budget={s.budget} is below the smallest {s.budget_metric} these buckets reach "
-                f"({floor:.4f}, every head at window {config.model.bucket_windows[0]}); raise the budget or add a smaller bucket"
-            )
+        self.s = s = config.controller_settings
+        assert isinstance(s, LearnedSettings), s
         m = config.model
         self.T, self.buckets = m.seq_len, m.bucket_windows
         self.costs = bucket_costs(self.buckets, self.T, s.budget_metric)

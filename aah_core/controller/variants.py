@@ -11,8 +11,7 @@ from typing import Any
 
 from aah_core.config import RunConfig
 from aah_core.controller import Controller
-from aah_core.controller.settings import PerLayerSettings, settings_from_config
-from aah_core.errors import InvalidConfig
+from aah_core.controller_config import PerLayerSettings
 from aah_core.model import WindowedGPT
 from aah_core.presets import DEMO, Preset, register
 from aah_core.windows import validate_plan
@@ -35,11 +34,10 @@ class PerLayerController(Controller):
 
     def __init__(self, config: RunConfig, model: WindowedGPT) -> None:
         self.config, self.model = config, model
-        s = settings_from_config(PerLayerSettings, config, "static_per_layer")
+        s = config.controller_settings
+        assert isinstance(s, PerLayerSettings), s
         m = config.model
         windows = s.layer_windows if s.layer_windows is not None else default_layer_windows(m.bucket_windows, m.n_layer)
-        if len(windows) != m.n_layer:
-            raise InvalidConfig(f"controller.layer_windows has {len(windows)} entries; the model has {m.n_layer} layers")
         plan = validate_plan([[w] * m.n_head for w in windows], m.n_layer, m.n_head, m.seq_len)
         model.set_plan(plan.to(model.plan.device))
 
@@ -50,8 +48,6 @@ class PerLayerController(Controller):
 def _aah(**settings: Any) -> dict[str, Any]:
     return {**BASE, "controller.mode": "aah", **{f"controller.{k}": v for k, v in settings.items()}}
 
-
-PAPER_ROWS = ("baseline", "grouping_off", "full_adaptive", "shallow_freeze", "deep_practical_reuse")
 
 VARIANTS = (
     Preset("baseline", "Paper: pure baseline, full causal attention in every head", "paper",

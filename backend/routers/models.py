@@ -118,7 +118,7 @@ def read_sensitivity(model_id: ModelId, registry: RegistryDep, eval_set: EvalSet
 
 @router.post("/{model_id}/allocate")
 def allocate_windows(model_id: ModelId, body: AllocateRequest, registry: RegistryDep) -> AllocateResponse:
-    """Windows under a coverage budget, with the path the allocator walked (503 until it lands)."""
+    """Windows under a coverage budget, with the path the allocator walked."""
     return analysis.allocate(registry, registry.get(model_id), body)
 
 

@@ -11,11 +11,12 @@ from typing import Any
 import torch
 
 from aah_core import diagnostics
+from aah_core.allocate import allocate as run_allocation
 from aah_core.cost import ModelShape, PlanCost, check_context, plan_cost
 from aah_core.errors import InvalidWindowPlan
 from aah_core.windows import coverage_metrics, decode_window, encode_window, plan_to_json, validate_plan
 from aah_core.evaluate import PrefixCachedEvaluator
-from backend.errors import InvalidInput, Unavailable
+from backend.errors import InvalidInput
 from backend.schemas import (
     AllocateRequest,
     AllocateResponse,
@@ -185,10 +186,6 @@ def sensitivity(registry: Registry, lm: LoadedModel, eval_set: str) -> Sensitivi
 
 
 def allocate(registry: Registry, lm: LoadedModel, body: AllocateRequest) -> AllocateResponse:
-    try:
-        from aah_core.allocate import allocate as run_allocation
-    except ImportError:
-        raise Unavailable("allocation not available yet (aah_core.allocate has not landed)") from None
     key = (lm.id, "allocate", body.eval_set, body.metric, body.budget)
     hit = registry.cached(key)
     if hit is None:

@@ -32,7 +32,7 @@ def _fuzz_settings(tmp_path_factory, tiny_demo):
 
 
 def no_server_error(ctx, response, case) -> None:
-    """Only a 500 is a bug: 503 (job cap, allocator not landed) is a documented answer."""
+    """Only a 500 is a bug: 503 (job cap) is a documented answer."""
     assert response.status_code != 500, f"500 on {case.method} {case.formatted_path}: {response.text[:500]}"
 
 

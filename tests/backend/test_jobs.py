@@ -45,6 +45,23 @@ def test_bad_presets_and_overrides_are_422(jobs_client):
     assert r.status_code == 422 and "divisible" in r.json()["detail"]
 
 
+@pytest.mark.parametrize("preset, overrides, field", [
+    ("full_adaptive", {"controller.ema_alpha": 2.0}, "controller.ema_alpha"),
+    ("full_adaptive", {"controller.topology": "tree"}, "controller.topology"),
+    ("full_adaptive", {"controller.nope": 1}, "controller.nope"),
+    ("tiny", {"controller.mode": "magic"}, "controller.mode"),
+    ("tiny", {"controller.window": 0}, "controller.window"),
+    ("tiny", {"controller.plan": [[4, 4]]}, "controller.plan"),
+    ("learned_budget", {"controller.budget": "lots"}, "controller.budget"),
+    ("static_per_layer", {"controller.layer_windows": [4]}, "controller.layer_windows"),
+], ids=["range", "choice", "unknown", "mode", "window", "plan-shape", "type", "layers"])
+def test_bad_controller_settings_are_422_at_once_naming_the_field(jobs_client, preset, overrides, field):
+    before = jobs_client.get(f"{API}/runs").json()
+    r = jobs_client.post(f"{API}/runs", json={"preset": preset, "overrides": overrides})
+    assert r.status_code == 422 and field in r.json()["detail"], r.json()
+    assert jobs_client.get(f"{API}/runs").json() == before  # no run was created
+
+
 def test_cap_cancel_and_kill(jobs_client):
     """Two long jobs fill the cap (a third is 503); one is cancelled (KILLED), the other SIGKILLed."""
     a = jobs_client.post(f"{API}/runs", json={"preset": "tiny", "overrides": LONG, "name": "a"})

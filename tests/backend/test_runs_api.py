@@ -51,10 +51,11 @@ def test_paper_reference_experiment(client):
     assert len(runs) == 10
     assert all(r["read_only"] and r["status"] == "FINISHED" for r in runs)
     by_name = {r["name"]: r for r in runs}
-    shallow = by_name["Shallow freeze · Table 1"]
+    shallow = by_name["shallow_freeze · Table 1"]
     assert shallow["summary"]["val_loss"] == 6.5367 and shallow["summary"]["acr"] == 0.3724
     assert shallow["params"]["source"].startswith("arXiv 2608.19203")
-    assert by_name["Pure baseline · Table 2"]["summary"]["infer_tokens_per_s"] == 14420
+    assert by_name["baseline · Table 2"]["summary"]["infer_tokens_per_s"] == 14420
+    assert shallow["params"]["method"] == shallow["group"] == "shallow_freeze"  # one naming: the preset's
     metrics = client.get(f"{API}/runs/{shallow['id']}/metrics", params={"keys": "val_loss"}).json()
     assert metrics["series"]["val_loss"]["step"] == [10000]
     r = client.post(f"{API}/runs/{shallow['id']}/cancel")

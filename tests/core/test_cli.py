@@ -82,3 +82,14 @@ def test_generate_prints_the_continuation_the_stop_and_the_cost(tiny_ckpt, tmp_p
     assert "attention pairs 178 = 80.9 % of full (220)" in out[3]
     assert main(["generate", str(tiny_ckpt), "--prompt", "x" * 60, "--max-new-tokens", "50"]) == 0
     assert "stopped at the model's context (64 tokens): 4 new tokens" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("setting, field", [("controller.window=0", "controller.window"),
+                                            ("controller.ema_alpha=2", "controller.ema_alpha"),
+                                            ("controller.mode=magic", "controller.mode")])
+def test_bad_controller_settings_are_refused_before_anything_is_written(tmp_path, capsys, setting, field):
+    preset = "full_adaptive" if "ema_alpha" in setting else "tiny"
+    out = tmp_path / "run"
+    assert main(["train", "--preset", preset, "--out", str(out), "--quiet", "--set", setting]) == 2
+    assert field in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "run.metrics.jsonl").exists()

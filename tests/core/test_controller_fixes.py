@@ -7,7 +7,7 @@ from aah_core.config import apply_overrides
 from aah_core.controller import build_controller
 from aah_core.controller.clustering import unit
 from aah_core.controller.features import Standardizer
-from aah_core.controller.settings import FIXES, AAHSettings
+from aah_core.controller_config import FIXES, AAHSettings
 from aah_core.model import WindowedGPT
 from aah_core.presets import TINY, get_preset
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from aah_core.checkpoint import load_checkpoint
-from aah_core.config import apply_overrides
-from aah_core.controller import build_controller, check_controller
+from aah_core.config import RunConfig, apply_overrides
+from aah_core.controller import build_controller
 from aah_core.errors import InvalidConfig
 from aah_core.model import WindowedGPT
 from aah_core.presets import PRESETS, TINY, get_preset
@@ -58,10 +58,17 @@ def test_static_controller_takes_cli_strings(preset, overrides, window):
     assert model.plan.tolist() == expected
 
 
-def test_static_controller_refuses_a_bad_cli_window():
-    cfg = apply_overrides(get_preset("fixed_window"), {**SMALL, "controller.window": "wide"})
+@pytest.mark.parametrize("window", ["wide", 0, "2.5"])
+def test_static_controller_refuses_a_bad_cli_window_when_the_config_is_built(window):
     with pytest.raises(InvalidConfig, match="controller.window"):
-        build_controller(cfg, WindowedGPT(cfg.model))
+        apply_overrides(get_preset("fixed_window"), {**SMALL, "controller.window": window})
+
+
+def test_a_static_plan_of_the_wrong_shape_is_refused_when_the_config_is_built():
+    with pytest.raises(InvalidConfig, match="plan must be a list of 2 layers"):
+        apply_overrides(get_preset("baseline"), {**SMALL, "controller.plan": "[[4, 4]]"})
+    cfg = apply_overrides(get_preset("baseline"), {**SMALL, "controller.plan": "[[4, null], [16, 99]]"})
+    assert cfg.controller["plan"] == [[4, None], [16, 99]]
 
 
 def test_every_paper_row_and_control_is_a_preset():
@@ -113,7 +120,7 @@ def test_cli_strings_are_coerced_and_recorded_typed(tiny_config):
         **SMALL, "controller.ema_alpha": "0.5", "controller.parent_constraint": "false",
         "controller.fixes": "usage,w_min", "controller.seed": "null",
     })
-    check_controller(cfg)
+    assert isinstance(cfg.controller_settings.ema_alpha, float)
     assert cfg.controller["ema_alpha"] == 0.5 and cfg.controller["parent_constraint"] is False
     assert cfg.controller["fixes"] == ["usage", "w_min"] and cfg.controller["seed"] is None
 
@@ -130,12 +137,12 @@ def test_cli_strings_are_coerced_and_recorded_typed(tiny_config):
     ({"controller.parent_constraint": "maybe"}, "expects true/false"),
     ({"controller.mode": "magic"}, "unknown controller.mode 'magic'"),
 ])
-def test_bad_controller_settings_fail_before_training(overrides, message, tmp_path):
-    cfg = small("full_adaptive", **overrides)
-    rec = Plans()
+def test_bad_controller_settings_fail_when_the_config_is_built(overrides, message):
     with pytest.raises(InvalidConfig, match=message):
-        train(cfg, tmp_path / "ckpt", [rec])
-    assert not rec.started and not (tmp_path / "ckpt").exists()
+        small("full_adaptive", **overrides)
+    with pytest.raises(InvalidConfig, match=message):  # a checkpoint's config.json goes through the same check
+        RunConfig.from_dict({**small("full_adaptive").to_dict(), "controller": {"mode": "aah", **{
+            k.removeprefix("controller."): v for k, v in overrides.items()}}})
 
 
 @pytest.mark.parametrize("budget, message", [
@@ -145,9 +152,9 @@ def test_bad_controller_settings_fail_before_training(overrides, message, tmp_pa
     ("lots", "controller.budget expects a float"),
     (0.1, "below the smallest causal_coverage these buckets reach"),
 ])
-def test_bad_budgets_fail_before_training(budget, message):
+def test_bad_budgets_fail_when_the_config_is_built(budget, message):
     with pytest.raises(InvalidConfig, match=message):
-        check_controller(small("learned_budget", **{"controller.budget": budget}))
+        small("learned_budget", **{"controller.budget": budget})
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -157,7 +164,7 @@ def test_bad_budgets_fail_before_training(budget, message):
 ])
 def test_impossible_model_or_plan_settings_fail_early(overrides, message):
     with pytest.raises(InvalidConfig, match=message):
-        check_controller(small("static_per_layer", **overrides))
+        small("static_per_layer", **overrides)
 
 
 def test_unknown_preset_lists_the_known_ones():

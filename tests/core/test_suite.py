@@ -3,7 +3,8 @@
 import json
 
 from aah_core.cli import main
-from aah_core.suite import PAPER_TABLE1, run_suite, summarize
+from aah_core.paper import ROWS
+from aah_core.suite import run_suite, summarize
 
 SMOKE = {"model.n_layer": 2, "model.d_model": 32, "model.seq_len": 32, "model.buckets": [4, 8, 16, None],
          "train.batch_size": 2, "train.max_steps": 3, "train.eval_every": 3, "train.eval_batches": 1,
@@ -21,7 +22,7 @@ def test_suite_runs_rows_over_seeds_and_writes_the_report(tmp_path):
     assert report["rows"]["learned_budget"][0]["controller"]["budget"] == round(matched, 4)
     text = (tmp_path / "repro.md").read_text()
     assert "aah suite paper --seeds 2" in text and "| full_adaptive |" in text
-    assert all(f"| {row[0]} | {row[1]:.4f} |" in text for row in PAPER_TABLE1)  # the paper's numbers beside ours
+    assert all(f"| {row.row} | {row.table1.val_loss:.4f} |" in text for row in ROWS)  # the paper's numbers beside ours
     summary = summarize(report)
     assert set(summary["full_adaptive"]["delta_vs_baseline"]) == {"mean", "std", "ci95", "within_noise"}
     saved = json.loads((tmp_path / "repro.json").read_text())

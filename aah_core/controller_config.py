@@ -1,23 +1,25 @@
-"""Controller settings: the ``controller.*`` section of a run config, validated and coerced.
+"""The ``controller`` section of a run config, typed and validated when the config is built.
 
-``apply_overrides`` passes ``controller.*`` keys through raw (strings from the CLI), so each
-controller mode parses its section here and raises InvalidConfig before training starts.
-Defaults are the paper's 4096-suite values (aah_method §7).
+`parse_controller` turns the raw section (typed JSON from the API, strings from `aah train --set`) into
+one settings dataclass per ``controller.mode``, checks it against the model (plan shape, layer count,
+reachable budget) and raises InvalidConfig naming the key. RunConfig calls it on construction, so the
+CLI and POST /runs refuse a bad ``controller.*`` setting before any job starts. Defaults are the
+paper's 4096-suite values (aah_method §7).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import types
-import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from aah_core.config import RunConfig
-from aah_core.config import coerce_value
-from aah_core.errors import InvalidConfig
-from aah_core.windows import pair_count
+from aah_core.coerce import coerce, field_types
+from aah_core.errors import InvalidConfig, InvalidWindowPlan
+from aah_core.windows import JsonPlan, decode_window, pair_count, validate_plan
+
+if TYPE_CHECKING:
+    from aah_core.config import ModelConfig
 
 # Each fix corrects one flaw of the paper's implementation (docs/controller.md lists them with aah_method §8).
 FIXES = (
@@ -44,9 +46,32 @@ CHOICES = {
 }
 
 
+
+@dataclass
+class StaticSettings:
+    """A fixed plan (mode 'static'): ``plan`` (per layer, per head) or one ``window`` for every head; full by default."""
+
+    mode: ClassVar[str] = "static"
+    window: int | None = None
+    plan: JsonPlan | None = None
+
+    def check(self, model: ModelConfig) -> None:
+        if self.window is not None and self.plan is not None:
+            raise InvalidConfig("controller.plan and controller.window are exclusive; set one of them")
+        if self.window is not None:
+            decode_window(self.window, model.seq_len, "controller.window")
+        if self.plan is not None:
+            try:
+                validate_plan(self.plan, model.n_layer, model.n_head, model.seq_len)
+            except InvalidWindowPlan as exc:
+                raise InvalidConfig(f"controller.plan: {exc}") from None
+
+
 @dataclass
 class AAHSettings:
     """The AAH-v3 control branch (mode 'aah'). Names follow aah_method §2 and §7."""
+
+    mode: ClassVar[str] = "aah"
 
     impl: str = "faithful"  # faithful: reproduce the paper's bugs; fixed: every entry of FIXES on
     fixes: list[str] | None = None  # explicit subset of FIXES (overrides what impl implies)
@@ -104,10 +129,15 @@ class AAHSettings:
     def fixed(self, name: str) -> bool:
         return name in self.active_fixes
 
+    def check(self, model: ModelConfig) -> None:
+        """Nothing of the model constrains these settings."""
+
 
 @dataclass
 class LearnedSettings:
     """A trained window policy under a coverage budget (mode 'learned', controller/learned.py)."""
+
+    mode: ClassVar[str] = "learned"
 
     budget: float = 0.3  # target coverage in (0, 1]
     budget_metric: str = "causal_coverage"
@@ -129,11 +159,20 @@ class LearnedSettings:
         if self.penalty < 0 or self.param_scale <= 0:
             raise InvalidConfig("controller.penalty must be >= 0 and controller.param_scale > 0")
 
+    def check(self, model: ModelConfig) -> None:
+        floor = min_reachable_coverage(model, self.budget_metric)
+        if self.budget < floor - 1e-12:
+            raise InvalidConfig(
+                f"controller.budget={self.budget} is below the smallest {self.budget_metric} these buckets reach "
+                f"({floor:.4f}, every head at window {model.bucket_windows[0]}); raise the budget or add a smaller bucket"
+            )
+
 
 @dataclass
 class PerLayerSettings:
     """A static plan with one window per layer (mode 'static_per_layer'); null = full."""
 
+    mode: ClassVar[str] = "static_per_layer"
     layer_windows: list[int | None] | None = None  # default: a ramp over the upper half of the buckets
     fixes: list[str] = field(default_factory=list)  # unused; accepted so impl switches apply uniformly
     impl: str = "faithful"
@@ -141,32 +180,48 @@ class PerLayerSettings:
     def __post_init__(self) -> None:
         _check_choices(self)
 
+    def check(self, model: ModelConfig) -> None:
+        if self.layer_windows is None:
+            return
+        if len(self.layer_windows) != model.n_layer:
+            raise InvalidConfig(f"controller.layer_windows has {len(self.layer_windows)} entries; "
+                                f"the model has {model.n_layer} layers")
+        for layer, w in enumerate(self.layer_windows):
+            decode_window(w, model.seq_len, f"controller.layer_windows[{layer}]")
 
-def parse_settings(cls: type, raw: dict[str, Any], mode: str) -> Any:
-    """Build a settings dataclass from a raw controller section (CLI strings coerced by field type)."""
-    names = {f.name: f for f in dataclasses.fields(cls)}
+
+ControllerSettings = StaticSettings | AAHSettings | LearnedSettings | PerLayerSettings
+SETTINGS: dict[str, type] = {cls.mode: cls for cls in (StaticSettings, PerLayerSettings, AAHSettings, LearnedSettings)}
+MODES = tuple(SETTINGS)
+
+
+def parse_controller(raw: Mapping[str, Any], model: ModelConfig) -> tuple[ControllerSettings, dict[str, Any]]:
+    """(typed settings, the section as typed JSON: the keys given, with coerced values) or InvalidConfig."""
+    if not isinstance(raw, Mapping):
+        raise InvalidConfig(f"config section 'controller' must be an object; got {type(raw).__name__}")
+    mode = raw.get("mode", "static")
+    if mode not in SETTINGS:
+        raise InvalidConfig(f"unknown controller.mode {mode!r}; choose one of {list(MODES)}")
+    cls = SETTINGS[mode]
+    hints = field_types(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(raw) - set(names) - {"mode"})
     if unknown:
         raise InvalidConfig(
             f"unknown controller key(s) {[f'controller.{k}' for k in unknown]} for mode {mode!r}; known: {sorted(names)}"
         )
-    hints = typing.get_type_hints(cls)
-    kwargs = {k: coerce_setting(v, hints[k], f"controller.{k}") for k, v in raw.items() if k != "mode"}
-    return cls(**kwargs)
+    values = {k: coerce(v, hints[k], f"controller.{k}") for k, v in raw.items() if k != "mode"}
+    settings = cls(**values)
+    try:
+        settings.check(model)
+    except InvalidWindowPlan as exc:
+        raise InvalidConfig(str(exc)) from None
+    return settings, ({"mode": mode} if "mode" in raw else {}) | values
 
 
-def settings_from_config(cls: type, config: RunConfig, mode: str) -> Any:
-    """Parse config.controller into `cls` and write the coerced values back, so config.json records typed values."""
-    raw = dict(config.controller)
-    settings = parse_settings(cls, raw, mode)
-    config.controller.clear()
-    config.controller.update({k: (raw[k] if k == "mode" else getattr(settings, k)) for k in raw})
-    return settings
-
-
-def min_reachable_coverage(config: RunConfig, metric: str) -> float:
+def min_reachable_coverage(model: ModelConfig, metric: str) -> float:
     """Coverage of the plan with every head at the smallest bucket."""
-    T, w = config.model.seq_len, min(config.model.bucket_windows[0], config.model.seq_len)
+    T, w = model.seq_len, min(model.bucket_windows[0], model.seq_len)
     if metric == "acr":
         return w / T
     return pair_count(w, T) / (T * (T + 1) // 2)
@@ -182,34 +237,3 @@ def _at_least(obj: Any, name: str, low: int) -> None:
     value = getattr(obj, name)
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise InvalidConfig(f"controller.{name} must be an integer >= {low}; got {value!r}")
-
-
-SAMPLES = {bool: False, int: 0, float: 0.0, str: ""}
-
-
-def coerce_setting(value: Any, hint: Any, key: str) -> Any:
-    """Convert a raw value (maybe a CLI string) to the annotated type, or raise InvalidConfig.
-
-    Scalars go through the engine's own override coercion (config.coerce_value); this adds
-    optional values (null) and typed lists.
-    """
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
-        if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "")):
-            return None
-        hint = next(a for a in args if a is not type(None))
-    if hint in SAMPLES:
-        if hint is str and not isinstance(value, str):
-            raise InvalidConfig(f"{key} expects a string; got {value!r}")
-        return coerce_value(value, SAMPLES[hint], key)
-    if typing.get_origin(hint) is list:
-        if isinstance(value, str):
-            try:
-                value = json.loads(value) if value.strip().startswith("[") else [v for v in value.split(",") if v]
-            except json.JSONDecodeError:
-                raise InvalidConfig(f"{key} expects a JSON list; got {value!r}") from None
-        if not isinstance(value, list):
-            raise InvalidConfig(f"{key} expects a list; got {value!r}")
-        (item,) = typing.get_args(hint)
-        return [coerce_setting(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
-    raise InvalidConfig(f"{key}: unsupported value {value!r}")
