@@ -69,6 +69,7 @@ class _Bucket:
             shift = T % self.window
             k, v = k.roll(shift, dims=2), v.roll(shift, dims=2)
         self.k, self.v, self.length = k.contiguous(), v.contiguous(), keep
+        self.q_windows = self.q_windows.to(k.device)
 
     def append(self, k: torch.Tensor, v: torch.Tensor, pos: int) -> None:
         """Store one position's k, v [B, n, 1, D] in slot pos mod W, growing the buffer while it is short."""

@@ -4,6 +4,8 @@
 #   2  the CUDA attention tests (parity with the float64 reference, gradients, auto's choice)
 #   3  a short attention benchmark per dtype (float32, bfloat16) for the mixed plan of causal
 #      coverage ~0.3 (mix-cov0.32) and the single window w=T/16, ratio to causal SDPA
+#   4  (only with --step 4) bench/generate.py at T=4096: KV bytes, prefill and decode-step time of
+#      the mixed plan vs full, batch 1 and 8 (a few minutes; not yet run on a GPU)
 # Usage: bench/gpu.sh [--quick] [--dry-run] [--step N]...
 #   --quick    T in {1024, 4096}, 3 timed runs (about 6 minutes of GPU time for all three steps)
 #              instead of T in {1024, 4096, 16384}, 7 runs
@@ -11,7 +13,8 @@
 #   --dry-run  every step on this machine's CPU at toy sizes: checks the commands, paths and
 #              arguments, so that a GPU run can fail on nothing but the GPU
 # Results go to $OUT when it is set (the device machine's output folder), else bench/results/:
-#   gpu-report[-dry-run].json, gpu-tests[-dry-run].log, attention-gpu-<dtype>[-dry-run].json
+#   gpu-report[-dry-run].json, gpu-tests[-dry-run].log, attention-gpu-<dtype>[-dry-run].json,
+#   generate-gpu[-dry-run].json (step 4)
 # PY chooses the interpreter (default python3: the GPU machine has no `python`). A failing step is
 # reported and the next one still runs; the exit status is 1 if any step failed.
 set -uo pipefail
@@ -24,8 +27,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --dry-run) dry=1 ;;
-    --step) shift; case "${1:-}" in 1|2|3) steps+=("$1") ;; *) echo "gpu.sh: --step takes 1, 2 or 3" >&2; exit 2 ;; esac ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --step) shift; case "${1:-}" in 1|2|3|4) steps+=("$1") ;; *) echo "gpu.sh: --step takes 1, 2, 3 or 4" >&2; exit 2 ;; esac ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "gpu.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -61,6 +64,13 @@ step3() {
       --plans mix-cov0.32 w=T/16 "${bench_args[@]}" --out "$results/attention-gpu-$dtype$suffix.json" || rc=1
   done
   return $rc
+}
+
+step4() {
+  local gen_T=4096
+  [ $dry = 1 ] && gen_T=128
+  timeout $limit "$PY" -m bench.generate --device $device --T $gen_T --repeats 3 \
+    --out "$results/generate-gpu$suffix.json"
 }
 
 failed=()
