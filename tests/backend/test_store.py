@@ -4,7 +4,9 @@ and migrations that match the ORM models, each on SQLite and on PostgreSQL (``st
 from __future__ import annotations
 
 import math
+import re
 import threading
+from pathlib import Path
 
 import pytest
 from alembic import command
@@ -17,7 +19,7 @@ from sqlalchemy import delete, func, inspect, select, text
 from backend import store
 from backend.db import make_engine, make_session_factory, parse_database_url, transaction
 from backend.errors import Conflict
-from backend.migrate import alembic_config, migrate, upgrade
+from backend.migrate import MIGRATIONS_DIR, alembic_config, migrate, upgrade
 from backend.models import Base, Metric, Run
 from backend.settings import Settings
 from backend.sink import SqliteMetricsSink
@@ -38,6 +40,14 @@ def _head() -> str:
 
 def _tables(engine) -> set[str]:
     return set(inspect(engine).get_table_names())
+
+
+def test_migrations_form_one_line():
+    """Two branches that each add revision N leave Alembic with two heads and no store starts."""
+    versions = MIGRATIONS_DIR / "versions"
+    ids = [re.search(r'^revision = "(\w+)"', f.read_text(), re.M).group(1) for f in versions.glob("*.py")]
+    assert len(ids) == len(set(ids)), f"revision ids repeat: {sorted(ids)}"
+    assert len(ScriptDirectory.from_config(alembic_config()).get_heads()) == 1
 
 
 def test_sqlite_pragmas(tmp_path):

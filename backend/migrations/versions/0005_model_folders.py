@@ -1,16 +1,16 @@
 """Registered model folders: a checkpoint row may hold an absolute path under AAH_MODEL_DIRS
 (up to 4096 characters) and the evaluation context chosen when the folder was registered.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-12-01
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
