@@ -3,7 +3,8 @@
 Writes are atomic: everything goes to a temporary sibling directory that is renamed into
 place, so a crash never leaves a half-written checkpoint. `read_checkpoint_info` is the one
 reader of a checkpoint's files without its weights (what a service lists and registers);
-`load_checkpoint` builds the model.
+`load_checkpoint` builds the model. Training also writes trainer.safetensors (optimizer moments,
+generator states: aah_core.train_state), which only `read_train_state` reads, to resume.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from aah_core.windows import plan_to_json, validate_plan
 FORMAT = "aah-studio/checkpoint-v1"
 FILES = ("config.json", "model.safetensors", "plan.json")
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt")
+TRAINER = "trainer.safetensors"  # optional: what resuming needs beyond the model (aah_core.train_state)
 TIED = "lm_head.weight"  # shares storage with wte.weight; stored once
 
 
@@ -59,8 +61,10 @@ def save_checkpoint(
     plan: torch.Tensor | None = None,
     controller_state: dict[str, Any] | None = None,
     meta: dict[str, Any] | None = None,
+    train_state: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Write a checkpoint directory atomically (temp dir + rename). Returns its path."""
+    """Write a checkpoint directory atomically (temp dir + rename), with `train_state` (tensors from
+    aah_core.train_state.capture_train_state) as trainer.safetensors when given. Returns its path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
@@ -74,6 +78,8 @@ def save_checkpoint(
         seq_len = config.model.seq_len
         plan_doc = {"seq_len": seq_len, "windows": plan_to_json(plan, seq_len), "controller": controller_state or {}}
         (tmp / "plan.json").write_text(json.dumps(plan_doc))
+        if train_state is not None:
+            save_file(train_state, str(tmp / TRAINER), metadata={"format": FORMAT})
         if path.exists():
             old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
             path.rename(old)
@@ -150,6 +156,17 @@ def read_checkpoint_info(path: str | Path) -> CheckpointInfo:
     except (SafetensorError, OSError, ValueError) as exc:
         raise _unreadable_weights(path, exc) from None
     return CheckpointInfo(config, plan, int(n_params), meta, controller_state)
+
+
+def read_train_state(path: str | Path) -> dict[str, torch.Tensor] | None:
+    """The trainer state a training run stored beside its checkpoint, or None when there is none."""
+    file = Path(path) / TRAINER
+    if not file.is_file():
+        return None
+    try:
+        return load_file(str(file))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{file}: unreadable ({exc}); the file is corrupt or not safetensors") from None
 
 
 def load_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:

@@ -18,12 +18,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from aah_core.checkpoint import load_checkpoint, save_checkpoint
+from aah_core.checkpoint import load_checkpoint, read_train_state, save_checkpoint
 from aah_core.config import RunConfig
 from aah_core.controller import Controller, build_controller
 from aah_core.data import DataStream, copy_chance
 from aah_core.evaluate import evaluate_loss, model_device
 from aah_core.model import WindowedGPT
+from aah_core.train_state import capture_train_state, restore_train_state
 from aah_core.windows import coverage_metrics, plan_to_json, window_fractions
 
 
@@ -170,6 +171,94 @@ def model_and_controller(
     return model, controller, int(ckpt.meta.get("step", 0))
 
 
+def start_process(config: RunConfig) -> tuple[torch.device, int, bool]:
+    """Device, process group and seed of this process: (device, rank, distributed)."""
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    device, dist_backend = device_and_backend()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before NCCL opens a context, or every rank opens one on GPU 0
+    if distributed and not dist.is_initialized():
+        dist.init_process_group(dist_backend)
+    if config.train.threads:
+        torch.set_num_threads(config.train.threads)
+    torch.manual_seed(config.train.seed)
+    return device, dist.get_rank() if distributed else 0, distributed
+
+
+def training_data(config: RunConfig, rank: int, start_step: int) -> DataStream:
+    """This rank's data stream, advanced past the batches of steps before `start_step`, so that a
+    resumed run sees the batches of an uninterrupted one."""
+    data = DataStream(config.data, config.model.seq_len, seed=config.train.seed, rank=rank)
+    for _ in range(start_step):
+        data.train_batch(config.train.batch_size)
+    return data
+
+
+def build_optimizer(model: WindowedGPT, controller: Controller, config: RunConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only; the controller's own parameters, if any, undecayed."""
+    t = config.train
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if controller.parameters():
+        groups.append({"params": controller.parameters(), "weight_decay": 0.0})
+    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2))
+
+
+@dataclass
+class _Run:
+    """One training process's pieces, passed between the steps of `train`."""
+
+    config: RunConfig
+    out_dir: Path
+    device: torch.device
+    rank: int
+    distributed: bool
+    model: WindowedGPT
+    controller: Controller
+    data: DataStream
+    optimizer: torch.optim.AdamW
+    callbacks: list[Callback]
+    meta: dict[str, Any]
+    good_evals: int = 0  # consecutive evaluations that met the early-stop rule
+    reported: torch.Tensor | None = None  # the last plan passed to on_plan
+
+    def checkpoint(self, step: int) -> Path:
+        """Weights, plan, controller and trainer state after `step` (rank 0 only)."""
+        state = capture_train_state(self.optimizer, self.device, self.good_evals)
+        path = save_checkpoint(self.out_dir, self.model, self.config, controller_state=self.controller.state_dict(),
+                               meta={**self.meta, "step": step}, train_state=state)
+        for cb in self.callbacks:
+            cb.on_checkpoint(step, path)
+        return path
+
+
+def optimize_step(run: _Run, ddp: torch.nn.Module, step: int) -> dict[str, float]:
+    """One optimizer step under the controller's plan for `step`: its loss, lr, speed and controller metrics."""
+    tcfg = run.config.train
+    run.controller.on_step_start(step)
+    if run.distributed:
+        dist.broadcast(run.model.plan, src=0)  # every rank trains under rank 0's plan
+    lr = lr_at(step, run.config)
+    for g in run.optimizer.param_groups:
+        g["lr"] = lr
+    t0 = time.perf_counter()
+    x, y = (t.to(run.device) for t in run.data.train_batch(tcfg.batch_size))
+    with autocast_for(run.device):
+        _, loss = ddp(x, y, backend=tcfg.backend)
+        extra = run.controller.extra_loss()
+        total = loss if extra is None else loss + extra
+    run.optimizer.zero_grad(set_to_none=True)
+    total.backward()
+    if tcfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), tcfg.grad_clip)
+    run.optimizer.step()
+    if run.device.type == "cuda":
+        torch.cuda.synchronize(run.device)  # kernels run asynchronously: time their end, not their launch
+    elapsed = time.perf_counter() - t0
+    return {"train_loss": float(loss.detach()), "lr": lr, "tokens_per_s": x.numel() / elapsed, **run.controller.metrics()}
+
+
 def _plan_metrics(model: WindowedGPT, cfg: RunConfig) -> dict[str, float]:
     T = cfg.model.seq_len
     metrics = coverage_metrics(model.plan, T)
@@ -178,105 +267,72 @@ def _plan_metrics(model: WindowedGPT, cfg: RunConfig) -> dict[str, float]:
     return metrics
 
 
+def report(run: _Run, done: int, metrics: dict[str, float]) -> None:
+    """On rank 0: the plan this step trained under (at every eval and whenever the controller changed it),
+    validation losses at eval steps, then `metrics` to every callback and a periodic checkpoint."""
+    tcfg = run.config.train
+    evaluating = done % tcfg.eval_every == 0 or done == tcfg.max_steps
+    if run.rank == 0 and (evaluating or run.reported is None or not torch.equal(run.reported, run.model.plan)):
+        run.reported = run.model.plan.clone()
+        metrics.update(_plan_metrics(run.model, run.config))
+        for cb in run.callbacks:
+            cb.on_plan(done, run.reported.clone())
+    if evaluating and run.rank == 0:
+        metrics.update(evaluate_run(run.model, run.data, run.config))
+        run.good_evals = run.good_evals + 1 if _copy_solved(metrics, tcfg.stop_copy_below_chance) else 0
+    for cb in run.callbacks:
+        cb.on_metrics(done, metrics)
+    if tcfg.checkpoint_every and done % tcfg.checkpoint_every == 0 and run.rank == 0:
+        run.checkpoint(done)
+
+
+def stop_reason(run: _Run) -> str | None:
+    """FINISHED when the early-stop rule held twice in a row, KILLED when a callback asks, else None;
+    rank 0 decides for every rank."""
+    solved = run.good_evals >= 2
+    stop = torch.tensor([solved or any(cb.should_stop() for cb in run.callbacks)], dtype=torch.int, device=run.device)
+    if run.distributed:  # on the model's device: NCCL broadcasts CUDA tensors only
+        dist.broadcast(stop, src=0)
+    if not stop.item():
+        return None
+    return "FINISHED" if solved else "KILLED"
+
+
 def train(
     config: RunConfig, out_dir: str | Path, callbacks: list[Callback] | tuple = (), resume: str | Path | None = None
 ) -> TrainResult:
-    """Train a model from `config`, writing checkpoints to `out_dir`. Resumes weights and step from `resume`."""
-    out_dir = Path(out_dir)
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    device, dist_backend = device_and_backend()
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # before NCCL opens a context, or every rank opens one on GPU 0
-    if distributed and not dist.is_initialized():
-        dist.init_process_group(dist_backend)
-    rank = dist.get_rank() if distributed else 0
-    tcfg = config.train
-    if tcfg.threads:
-        torch.set_num_threads(tcfg.threads)
-    torch.manual_seed(tcfg.seed)
-    callbacks = list(callbacks) if rank == 0 else []
-
+    """Train a model from `config`, writing checkpoints to `out_dir`. A run resumed from `resume` continues
+    with its weights, plan, controller, optimizer moments, generators and data order: it computes the
+    losses the uninterrupted run would have."""
+    device, rank, distributed = start_process(config)
     model, controller, start_step = model_and_controller(config, device, resume)
     model.train()
-    data = DataStream(config.data, config.model.seq_len, seed=tcfg.seed, rank=rank)
-    for _ in range(start_step):  # keep the data order of an uninterrupted run
-        data.train_batch(tcfg.batch_size)
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if controller.parameters():
-        groups.append({"params": controller.parameters(), "weight_decay": 0.0})
-    optimizer = torch.optim.AdamW(groups, lr=tcfg.lr, betas=(tcfg.beta1, tcfg.beta2))
-    autocast = autocast_for(device)
+    data = training_data(config, rank, start_step)
+    optimizer = build_optimizer(model, controller, config)
     meta = {"data_hash": data.data_hash, "git_rev": _git_rev(), "preset": config.preset, "n_params": model.num_params()}
-    info = {"total_steps": tcfg.max_steps, "start_step": start_step, **meta}
-    for cb in callbacks:
-        cb.on_start(info)
-
-    def checkpoint(step: int) -> Path:
-        path = save_checkpoint(out_dir, model, config, controller_state=controller.state_dict(), meta={**meta, "step": step})
-        for cb in callbacks:
-            cb.on_checkpoint(step, path)
-        return path
-
-    status, error, step, last = "FINISHED", None, start_step, {}
-    good_evals = 0
-    reported: torch.Tensor | None = None  # the last plan passed to on_plan
+    run = _Run(config, Path(out_dir), device, rank, distributed, model, controller, data, optimizer,
+               list(callbacks) if rank == 0 else [], meta)
+    saved = read_train_state(resume) if resume is not None else None
+    if saved is not None:
+        run.good_evals = restore_train_state(saved, optimizer, device)
+    for cb in run.callbacks:
+        cb.on_start({"total_steps": config.train.max_steps, "start_step": start_step, **meta})
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
+    status, step, last = "FINISHED", start_step, {}
     try:
-        for step in range(start_step, tcfg.max_steps):
-            controller.on_step_start(step)
-            if distributed:
-                dist.broadcast(model.plan, src=0)  # every rank trains under rank 0's plan
-            lr = lr_at(step, config)
-            for g in optimizer.param_groups:
-                g["lr"] = lr
-            t0 = time.perf_counter()
-            x, y = (t.to(device) for t in data.train_batch(tcfg.batch_size))
-            with autocast:
-                _, loss = ddp(x, y, backend=tcfg.backend)
-                extra = controller.extra_loss()
-                total = loss if extra is None else loss + extra
-            optimizer.zero_grad(set_to_none=True)
-            total.backward()
-            if tcfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
-            optimizer.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)  # kernels run asynchronously: time their end, not their launch
-            elapsed = time.perf_counter() - t0
-            done = step + 1
-            last = {"train_loss": float(loss.detach()), "lr": lr, "tokens_per_s": x.numel() / elapsed, **controller.metrics()}
-            evaluating = done % tcfg.eval_every == 0 or done == tcfg.max_steps
-            if rank == 0 and (evaluating or reported is None or not torch.equal(reported, model.plan)):
-                # the plan this step trained under, at every eval and whenever the controller changed it
-                reported = model.plan.clone()
-                last.update(_plan_metrics(model, config))
-                for cb in callbacks:
-                    cb.on_plan(done, reported.clone())
-            if evaluating and rank == 0:
-                last.update(evaluate_run(model, data, config))
-                good_evals = good_evals + 1 if _copy_solved(last, tcfg.stop_copy_below_chance) else 0
-            for cb in callbacks:
-                cb.on_metrics(done, last)
-            if tcfg.checkpoint_every and done % tcfg.checkpoint_every == 0 and rank == 0:
-                checkpoint(done)
-            stop = torch.tensor(
-                [good_evals >= 2 or any(cb.should_stop() for cb in callbacks)], dtype=torch.int, device=device
-            )  # on the model's device: NCCL broadcasts CUDA tensors only
-            if distributed:
-                dist.broadcast(stop, src=0)
-            if stop.item():
-                status = "KILLED" if good_evals < 2 else "FINISHED"
+        for step in range(start_step, config.train.max_steps):
+            last = optimize_step(run, ddp, step)
+            report(run, step + 1, last)
+            if (reason := stop_reason(run)) is not None:
+                status = reason
                 break
-        step = done if tcfg.max_steps > start_step else start_step
-        path = checkpoint(step) if rank == 0 else out_dir
+        step = step + 1 if config.train.max_steps > start_step else start_step
+        path = run.checkpoint(step) if rank == 0 else run.out_dir
     except BaseException as exc:
-        error = f"{exc.__class__.__name__}: {exc}"
-        for cb in callbacks:
-            cb.on_end("FAILED", error)
+        for cb in run.callbacks:
+            cb.on_end("FAILED", f"{exc.__class__.__name__}: {exc}")
         raise
-    for cb in callbacks:
+    for cb in run.callbacks:
         cb.on_end(status, None)
     return TrainResult(status=status, step=step, checkpoint=path, metrics=last)
 

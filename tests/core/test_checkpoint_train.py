@@ -51,6 +51,56 @@ def test_resume_continues_from_the_saved_step(tiny_config, tmp_path):
     assert result.step == 9 and [s for s, _ in rec.metrics] == [7, 8, 9]
 
 
+class StopAfter(Recorder):
+    """Asks the run to stop once `step` has been reported, as the service's kill does."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def should_stop(self):
+        return bool(self.metrics) and self.metrics[-1][0] >= self.step
+
+
+def losses(recorder):
+    return [(step, m["train_loss"]) for step, m in recorder.metrics]
+
+
+def test_a_resumed_run_computes_the_losses_of_the_uninterrupted_run(tiny_config, tmp_path):
+    # dropout draws from the generator and AdamW's moments carry over: both must be restored
+    cfg = apply_overrides(tiny_config, {"train.max_steps": 8, "train.eval_every": 3, "train.lr": 3e-3,
+                                        "model.dropout": 0.2, "train.warmup_steps": 2})
+    whole = Recorder()
+    train(cfg, tmp_path / "whole", [whole])
+    first = StopAfter(4)
+    assert train(cfg, tmp_path / "part", [first]).status == "KILLED"
+    assert (tmp_path / "part" / "trainer.safetensors").is_file()
+    second = Recorder()
+    result = train(cfg, tmp_path / "rest", [second], resume=tmp_path / "part")
+    assert result.step == 8 and [s for s, _ in second.metrics] == [5, 6, 7, 8]
+    for (step, want), (_, got) in zip(losses(whole)[4:], losses(second)):
+        assert abs(want - got) <= 1e-6, (step, want, got)
+    assert losses(first) == losses(whole)[:4]
+    # the same resume without the trainer state (fresh moments, the generator left where seeding put it) drifts
+    (tmp_path / "part" / "trainer.safetensors").unlink()
+    fresh = Recorder()
+    train(cfg, tmp_path / "fresh", [fresh], resume=tmp_path / "part")
+    assert max(abs(a - b) for (_, a), (_, b) in zip(losses(whole)[4:], losses(fresh))) > 1e-3
+
+
+def test_trainer_state_that_does_not_fit_the_run_is_refused(tiny_config, tmp_path):
+    cfg = apply_overrides(tiny_config, {"train.max_steps": 2})
+    train(cfg, tmp_path / "a")
+    wider = apply_overrides(cfg, {"model.d_model": 64, "train.max_steps": 3})
+    train(wider, tmp_path / "b")
+    (tmp_path / "b" / "trainer.safetensors").replace(tmp_path / "a" / "trainer.safetensors")
+    with pytest.raises(CheckpointError, match="optimizer state for parameter"):
+        train(apply_overrides(cfg, {"train.max_steps": 3}), tmp_path / "c", resume=tmp_path / "a")
+    (tmp_path / "a" / "trainer.safetensors").write_bytes(b"\x00" * 16)
+    with pytest.raises(CheckpointError, match="trainer.safetensors: unreadable"):
+        train(apply_overrides(cfg, {"train.max_steps": 3}), tmp_path / "c", resume=tmp_path / "a")
+
+
 def test_checkpoint_round_trip_is_bit_exact(tiny_model, tiny_config, tmp_path):
     plan = torch.tensor([[4, 64], [16, 1]])
     tiny_model.set_plan(plan)

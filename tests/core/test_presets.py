@@ -111,7 +111,7 @@ def test_resumed_control_decides_like_the_uninterrupted_run(tmp_path):
     # step 6 is a control step (warmup 2, interval 2); it decides from the saved EMA, grouping and observations
     assert torch.equal(whole.plans[-1], resumed.plans[-1])
     assert whole.metrics[-1]["ctrl/control_step"] == resumed.metrics[-1]["ctrl/control_step"] == 1.0
-    # the optimiser moments restart on resume, but step 6 only read state from before the checkpoint
+    # the controller state after the resumed step equals the uninterrupted one
     assert load_checkpoint(tmp_path / "a").controller_state == load_checkpoint(tmp_path / "c").controller_state
 
 
