@@ -91,6 +91,14 @@ def run_exists(s: Session, run_id: int) -> None:
     _run_row(s, run_id)
 
 
+def writable_run(s: Session, run_id: int) -> Run:
+    """The run, or 404 if there is none and 409 if it is read-only (a reference experiment)."""
+    run = _run_row(s, run_id)
+    if run.read_only:
+        raise Conflict(f"run {run_id} is read-only (a reference experiment)")
+    return run
+
+
 def run_config(s: Session, run_id: int) -> dict | None:
     raw = _run_row(s, run_id).config_json
     return None if raw is None else json.loads(raw)
@@ -161,9 +169,7 @@ def update_run(s: Session, run_id: int, **fields: object) -> None:
     unknown = set(fields) - _MUTABLE
     if unknown:
         raise ValueError(f"cannot update run fields {sorted(unknown)}")
-    run = _run_row(s, run_id)
-    if run.read_only:
-        raise Conflict(f"run {run_id} is read-only (a reference experiment)")
+    run = writable_run(s, run_id)
     for key, value in fields.items():
         setattr(run, key, value)
 

@@ -234,3 +234,48 @@ def test_downsampled_metrics(client, logged_run):
     assert whole["downsampled"] == [] and whole["series"]["train_loss"]["step"] == list(range(1, 11))
     for bad in (2, 0, 100_001, "x"):
         assert client.get(url, params={"max_points": bad}).status_code == 422
+
+
+def test_metric_batches_written_over_http_read_back_exactly(client):
+    with transaction(client.app.state.sessions) as s:
+        run_id = store.create_run(s, name="posted", experiment="tests", status="RUNNING")
+    url = f"{API}/runs/{run_id}/metrics"
+    batch = {"series": {"loss": {"step": [1, 2, 3], "value": [2.5, None, 1.5], "timestamp": [10.0, 11.0, 12.0]},
+                        "lr": {"step": [1], "value": [0.001]}}}
+    r = client.post(url, json=batch)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"run_id": run_id, "written": 4}
+    body = client.get(url).json()["series"]
+    assert body["loss"] == {"step": [1, 2, 3], "value": [2.5, None, 1.5], "timestamp": [10.0, 11.0, 12.0]}
+    assert body["lr"]["value"] == [0.001] and body["lr"]["timestamp"][0] > 1.7e9  # stamped on arrival
+    assert client.get(f"{API}/runs/{run_id}").json()["summary"] == {"loss": 1.5, "lr": 0.001}
+    assert client.post(url, json={"series": {"loss": {"step": [4], "value": [1.0]}}}).json()["written"] == 1
+    assert client.get(url).json()["series"]["loss"]["step"] == [1, 2, 3, 4]  # the response cache moved on
+
+
+@pytest.mark.parametrize("body", [
+    {"series": {"loss": {"step": [1, 2], "value": [1.0]}}},
+    {"series": {"loss": {"step": [1], "value": [1.0], "timestamp": [1.0, 2.0]}}},
+    {"series": {"loss": {"step": [-1], "value": [1.0]}}},
+    {"series": {"loss": {"step": [2**63], "value": [1.0]}}},
+    {"series": {"": {"step": [1], "value": [1.0]}}},
+    {"series": {"k" * 251: {"step": [1], "value": [1.0]}}},
+    {"series": {"a\x00b": {"step": [1], "value": [1.0]}}},
+    {"series": {"loss": {"step": [1], "value": ["high"]}}},
+    {"series": {f"k{i}": {"step": [1], "value": [1.0]} for i in range(201)}},
+    {"metrics": []},
+], ids=["lengths", "timestamps", "negative-step", "huge-step", "empty-key", "long-key", "nul-in-key", "string-value",
+        "too-many-keys", "unknown-field"])
+def test_bad_metric_batches_are_422_and_write_nothing(client, body):
+    with transaction(client.app.state.sessions) as s:
+        run_id = store.create_run(s, name="refused", experiment="tests", status="RUNNING")
+    r = client.post(f"{API}/runs/{run_id}/metrics", json=body)
+    assert r.status_code == 422, r.text
+    assert client.get(f"{API}/runs/{run_id}/metrics").json()["series"] == {}
+
+
+def test_metric_batches_need_a_writable_run(client):
+    paper = client.get(f"{API}/runs", params={"experiment": PAPER}).json()[0]["id"]
+    batch = {"series": {"loss": {"step": [1], "value": [1.0]}}}
+    assert client.post(f"{API}/runs/{paper}/metrics", json=batch).status_code == 409
+    assert client.post(f"{API}/runs/999999/metrics", json=batch).status_code == 404
