@@ -220,11 +220,38 @@ class ApiClient:
         status: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        source: str | None = None,
+        group: str | None = None,
+        tag: str | None = None,
     ) -> list[Json]:
-        return self._get("/runs", experiment=experiment, preset=preset, status=status, limit=limit, offset=offset)
+        return self._get("/runs", experiment=experiment, preset=preset, status=status, limit=limit, offset=offset,
+                         source=source, group=group, tag=tag)
 
     def run(self, run_id: int) -> Json:
         return self._get(f"/runs/{run_id}")
+
+    def update_run(self, run_id: int, **fields: Any) -> Json:
+        """PATCH the run's name, description, notes or tags (a list; replaces the tags)."""
+        return self._request("PATCH", f"/runs/{run_id}", json=fields)
+
+    def run_groups(
+        self,
+        keys: list[str] | None = None,
+        agg: Agg = "last",
+        experiment: str | None = None,
+        group: str | None = None,
+        source: str | None = None,
+        tag: str | None = None,
+    ) -> list[Json]:
+        """Runs with a group, by (experiment, group): per key the mean, sample std, min and max over runs."""
+        return self._get("/runs/groups", keys=",".join(keys) if keys else None, agg=agg, experiment=experiment,
+                         group=group, source=source, tag=tag)
+
+    def group_series(self, experiment: str, group: str, keys: list[str] | None = None,
+                     max_points: int | None = None) -> Json:
+        """One group's curves by aligned step: mean, std, min, max and n per key."""
+        return self._get("/runs/groups/series", experiment=experiment, group=group,
+                         keys=",".join(keys) if keys else None, max_points=max_points)
 
     def run_metrics(
         self,

@@ -139,9 +139,15 @@ def cmd_suite(args: argparse.Namespace) -> int:
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
     command = f"aah suite {args.name} --scale {args.scale} --seeds {args.seeds}"
     command += f" --impl {args.impl}" * (args.impl != "faithful") + f" --rows {args.rows}" * bool(args.rows)
-    run_suite(args.name, scale=args.scale, seeds=args.seeds, out=args.out, doc=args.doc or None, impl=args.impl,
-              rows=rows, log=lambda line: print(line, flush=True), command=command)
+    report = run_suite(args.name, scale=args.scale, seeds=args.seeds, out=args.out, doc=args.doc or None,
+                       impl=args.impl, rows=rows, log=lambda line: print(line, flush=True), command=command)
     print(f"wrote {args.doc}" if args.doc else f"results in {args.out}")
+    if args.pack:
+        from aah_core.suite import summarize
+        from aah_core.suite_pack import pack_suite
+
+        n = pack_suite(args.out, args.pack, summarize(report))
+        print(f"packed {n} runs into {args.pack} ({Path(args.pack).stat().st_size / 1e6:.2f} MB)")
     return 0
 
 
@@ -181,12 +187,14 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("suite", help="train the paper's Table 1 rows at a small scale over seeds; write a report")
     p.add_argument("name", choices=["paper"], help="the suite to run")
-    p.add_argument("--scale", default="tiny", choices=["tiny"], help="model/data scale (default tiny: < 1 h on 2 cores)")
+    p.add_argument("--scale", default="tiny", choices=["tiny", "mini"],
+                   help="model/data scale (default tiny: < 1 h on 2 cores; mini: the same model, half the steps)")
     p.add_argument("--seeds", type=int, default=3, help="seeds per row (default 3)")
     p.add_argument("--impl", default="faithful", choices=["faithful", "fixed"], help="controller implementation")
     p.add_argument("--rows", help="comma-separated subset of rows (default: all)")
     p.add_argument("--out", default="runs/suite-paper", help="run folder (finished runs are reused)")
     p.add_argument("--doc", default="docs/reproduction.md", help="markdown report to write ('' = none)")
+    p.add_argument("--pack", help="also write the runs' histories and plans to this .jsonl.gz (as data/suite/)")
     p.set_defaults(func=cmd_suite)
     for add in extra:
         add(sub)

@@ -39,8 +39,11 @@ SCALES: dict[str, dict[str, Any]] = {
         "train.eval_every": 200, "train.eval_batches": 8, "train.checkpoint_every": 0, "train.threads": 2,
     },
 }
+# the tiny model for half the steps: the shipped reproduction (data/suite), < 45 min on a shared 2-core box
+SCALES["mini"] = {**SCALES["tiny"], "train.max_steps": 400, "train.warmup_steps": 20, "train.eval_every": 100}
 # the controller's warmup and interval at each scale (the paper: 100 of 10,000 steps, every 5 steps)
-CONTROL = {"tiny": {"controller.warmup_steps": 40, "controller.control_interval": 5}}
+CONTROL = {"tiny": {"controller.warmup_steps": 40, "controller.control_interval": 5},
+           "mini": {"controller.warmup_steps": 20, "controller.control_interval": 5}}
 
 # two-sided 95% Student t quantiles by degrees of freedom (seeds - 1)
 T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}

@@ -18,12 +18,13 @@ from backend.errors import install_error_handlers
 from backend.middleware import BodySizeLimit, HostCheck
 from backend.openapi import install_openapi
 from backend.reference import seed_paper_reference
-from backend.routers import health, models, presets, runs, views, windows
+from backend.routers import groups, health, models, presets, runs, views, windows
 from backend.seed import seed_demo
 from backend.services.cache import LruCache
 from backend.services.jobs import JobManager
 from backend.services.registry import Registry
 from backend.settings import Settings
+from backend.suite_seed import seed_suite
 from backend.store import reconcile_active_runs
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if settings.seed_demo:
         with transaction(sessions) as s:
             seed_demo(s, settings)
+    if settings.seed_suite:
+        with transaction(sessions) as s:
+            seed_suite(s, settings)
     if settings.torch_threads:
         import torch
 
@@ -80,7 +84,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     install_error_handlers(app)
     install_openapi(app)
-    for router in (health.router, models.router, presets.router, runs.router, views.router, windows.router):
+    # groups before runs: /runs/groups would otherwise reach /runs/{run_id}
+    for router in (health.router, models.router, presets.router, groups.router, runs.router, views.router,
+                   windows.router):
         app.include_router(router, prefix=API_PREFIX)
     app.add_middleware(CORSMiddleware, allow_origins=settings.ui_origins, allow_credentials=False,
                        allow_methods=["GET", "POST", "PATCH", "DELETE"], allow_headers=["Authorization", "Content-Type"])

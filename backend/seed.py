@@ -60,17 +60,28 @@ def _place_inside(src: Path, data_dir: Path) -> str:
 
 def read_history(path: Path) -> list[store.MetricRow]:
     """Rows of a JSONL metrics file ({"step", "time", key: value, ...}); null values become NaN."""
-    rows: list[store.MetricRow] = []
     if not path.is_file():
-        return rows
+        return []
+    events = []
     for line_no, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
+        if line.strip():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                logger.warning("%s:%d: not JSON, skipped", path, line_no)
+    return metric_rows(events, str(path))
+
+
+def metric_rows(events: list, where: str) -> list[store.MetricRow]:
+    """Metric events ({"step", "time", key: value, ...}) as store rows; null values become NaN,
+    events without a step are skipped (with a warning naming `where` and the event's position)."""
+    rows: list[store.MetricRow] = []
+    for n, event in enumerate(events, 1):
         try:
-            event = json.loads(line)
+            event = dict(event)
             step, ts = int(event.pop("step")), float(event.pop("time", 0.0))
         except (ValueError, KeyError, TypeError, AttributeError):
-            logger.warning("%s:%d: not a metrics event, skipped", path, line_no)
+            logger.warning("%s: event %d is not a metrics event, skipped", where, n)
             continue
         for key, value in event.items():
             if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -16,6 +16,8 @@ from backend.db import parse_database_url, sqlite_url
 
 # The demo checkpoint shipped with the package (the checkout's data/demo, or the installed copy).
 SHIPPED_DEMO_DIR = shipped_data_dir() / "demo"
+# The project's reproduction of the paper's Table 1 (aah suite ... --pack; docs/reproduction.md).
+SHIPPED_SUITE = shipped_data_dir() / "suite" / "paper-mini.jsonl.gz"
 
 
 class Settings(BaseSettings):
@@ -48,6 +50,9 @@ class Settings(BaseSettings):
     demo_dir: Path | None = Field(SHIPPED_DEMO_DIR, description="Checkpoint registered on a fresh data dir.")
     seed_demo: bool = Field(True, description="Register the demo checkpoint and its history on a fresh store.")
     seed_paper: bool = Field(True, description="Import the paper's reported tables as a read-only experiment.")
+    suite_file: Path | None = Field(SHIPPED_SUITE, description="Packed suite runs imported on a fresh data dir "
+                                    "(source 'suite'; re-imported when the file changes).")
+    seed_suite: bool = Field(True, description="Import the shipped reproduction (suite_file) at start.")
     preload_models: bool = Field(True, description="Load registered checkpoints at startup, not on first use.")
     result_cache_size: int = Field(512, ge=0, description="Evaluation results kept per process (LRU).")
     max_loaded_models: int = Field(4, ge=1, description="Checkpoints kept in memory at once (LRU).")

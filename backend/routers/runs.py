@@ -69,7 +69,7 @@ def update_run(session: SessionDep, run_id: RunId, body: RunUpdate) -> RunPublic
     return update_identity(session, run_id, body)
 
 
-def _parse_keys(keys: str | None) -> list[str] | None:
+def parse_keys(keys: str | None) -> list[str] | None:
     if keys is None:
         return None
     parsed = [k.strip() for k in keys.split(",") if k.strip()]
@@ -116,7 +116,7 @@ async def read_run_metrics(
     its key is listed in `downsampled`. A dashboard asks again with a step range when the user zooms."""
     if min_step is not None and max_step is not None and min_step > max_step:
         raise InvalidInput(f"min_step: {min_step} is greater than max_step {max_step}")
-    parsed = _parse_keys(keys)
+    parsed = parse_keys(keys)
     sessions = request.app.state.sessions
     # Dashboards poll the same series from many tabs. A poll whose answer is cached costs one
     # indexed read of the run's per-key row counts (WAL readers never wait for writers), done right

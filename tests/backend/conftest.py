@@ -36,7 +36,8 @@ def tiny_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def make_settings(data_dir: Path, demo_dir: Path | None, **overrides: object) -> Settings:
-    return Settings(data_dir=data_dir, demo_dir=demo_dir, **overrides)
+    """Settings on a temp data dir; the shipped suite is left out unless a test passes `suite_file`."""
+    return Settings(data_dir=data_dir, demo_dir=demo_dir, **{"suite_file": None, **overrides})
 
 
 @pytest.fixture(scope="module")

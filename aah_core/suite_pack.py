@@ -1,0 +1,105 @@
+"""A finished suite as one compressed file to ship (data/suite/): every run's config, result, metric
+history and window plans over training, so that a fresh store can show the reproduction.
+
+Format: gzip'd JSON lines, written deterministically (sorted runs, gzip mtime 0). The first line is
+the suite's header ``{"kind": "suite", ...}`` (its report without the per-run rows, plus the
+summary); each further line is one run ``{"kind": "run", "row", "seed", "impl", "config", "meta", "result",
+"metrics": [event, ...], "plans": [{"step", "time", "windows"}, ...]}``, the events exactly as
+`aah train` wrote them to the run's metrics and plans JSONL. Checkpoints are not packed (about 0.8 MB
+each at the tiny model size; the histories are what the dashboard shows).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aah_core.errors import AAHError
+
+RUN_FOLDER = re.compile(r"^(?P<row>[a-z_]+?)(?:-(?P<impl>fixed))?-s(?P<seed>\d+)$")
+MAX_LINE_BYTES = 64 << 20  # one run's line: a few hundred kB at the shipped scale
+
+
+@dataclass(frozen=True)
+class PackedRun:
+    row: str
+    seed: int
+    impl: str
+    config: dict[str, Any]
+    meta: dict[str, Any]
+    result: dict[str, Any]
+    metrics: list[dict[str, Any]]
+    plans: list[dict[str, Any]]
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def header_of(folder: Path) -> dict[str, Any]:
+    """The run's checkpoint header (config.json: {"format", "config", "meta"})."""
+    return json.loads((folder / "ckpt" / "config.json").read_text())
+
+
+def pack_suite(out: str | Path, dest: str | Path, summary: dict[str, Any] | None = None) -> int:
+    """Write the finished runs of suite folder `out` (and its suite.json header, when present) to
+    `dest`; returns the number of runs packed."""
+    out, dest = Path(out), Path(dest)
+    report = json.loads((out / "suite.json").read_text()) if (out / "suite.json").is_file() else {}
+    header = {"kind": "suite", **{k: v for k, v in report.items() if k != "rows"}, "summary": summary or {}}
+    lines = [json.dumps(header, sort_keys=True)]
+    folders = sorted(p for p in out.iterdir() if p.is_dir() and (p / "result.json").is_file())
+    for folder in folders:
+        match = RUN_FOLDER.match(folder.name)
+        if match is None:
+            continue
+        ckpt = header_of(folder)
+        run = {"kind": "run", "row": match["row"], "seed": int(match["seed"]), "impl": match["impl"] or "faithful",
+               "config": ckpt.get("config", {}), "meta": ckpt.get("meta", {}),
+               "result": json.loads((folder / "result.json").read_text()),
+               "metrics": _jsonl(folder / "ckpt.metrics.jsonl"), "plans": _jsonl(folder / "ckpt.plans.jsonl")}
+        lines.append(json.dumps(run, sort_keys=True))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=9, mtime=0) as f:
+        f.write(("\n".join(lines) + "\n").encode())
+    dest.write_bytes(buffer.getvalue())
+    return len(lines) - 1
+
+
+def read_pack(path: str | Path) -> tuple[dict[str, Any], Iterator[PackedRun]]:
+    """(header, runs) of a packed suite; raises AAHError on a file that is not one."""
+    path = Path(path)
+    try:
+        with gzip.open(path, "rt") as f:
+            first = f.readline(MAX_LINE_BYTES)
+        header = json.loads(first)
+    except (OSError, EOFError, ValueError) as exc:
+        raise AAHError(f"{path}: not a packed suite ({exc})") from exc
+    if not isinstance(header, dict) or header.get("kind") != "suite":
+        raise AAHError(f"{path}: the first line is not a suite header")
+    return header, _runs(path)
+
+
+def _runs(path: Path) -> Iterator[PackedRun]:
+    with gzip.open(path, "rt") as f:
+        f.readline(MAX_LINE_BYTES)
+        for n, line in enumerate(f, 2):
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+                yield PackedRun(row=str(doc["row"]), seed=int(doc["seed"]), impl=str(doc.get("impl", "faithful")),
+                                config=dict(doc["config"]), meta=dict(doc.get("meta", {})),
+                                result=dict(doc["result"]),
+                                metrics=list(doc["metrics"]), plans=list(doc["plans"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise AAHError(f"{path}:{n}: not a packed run ({exc})") from exc

@@ -1,0 +1,123 @@
+"""The shipped reproduction: a packed suite (aah suite ... --pack) seeded into a fresh store as source
+'suite' runs, one group per row and one run per seed, with metric histories and window plans."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from aah_core.suite import run_suite, summarize
+from aah_core.suite_pack import pack_suite, read_pack
+from backend.app import create_app
+from backend.settings import SHIPPED_SUITE
+from tests.backend.conftest import make_settings
+from tests.core.test_suite import SMOKE
+
+API = "/api/v1"
+ROWS = ["baseline", "full_adaptive"]
+
+
+@pytest.fixture(scope="module")
+def suite_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("suite")
+    smoke = {**SMOKE, "train.max_steps": 8, "train.eval_every": 4}
+    report = run_suite(seeds=2, out=out, doc=None, overrides=smoke, rows=ROWS, command="aah suite paper --seeds 2")
+    return out, report
+
+
+def _client(tmp_path: Path, suite_file: Path | None) -> TestClient:
+    settings = make_settings(tmp_path / "data", None, suite_file=suite_file, seed_paper=False, preload_models=False)
+    return TestClient(create_app(settings), base_url="http://localhost")
+
+
+def _suite_runs(c: TestClient) -> list[dict]:
+    return c.get(f"{API}/runs", params={"source": "suite"}).json()
+
+
+def test_pack_holds_every_event_of_every_run(suite_dir, tmp_path):
+    out, report = suite_dir
+    dest = tmp_path / "suite.jsonl.gz"
+    assert pack_suite(out, dest, summarize(report)) == 4
+    pack_suite(out, tmp_path / "again.jsonl.gz", summarize(report))
+    assert dest.read_bytes() == (tmp_path / "again.jsonl.gz").read_bytes()  # deterministic bytes
+    header, runs = read_pack(dest)
+    assert header["kind"] == "suite" and header["command"] == "aah suite paper --seeds 2"
+    runs = list(runs)
+    assert sorted((r.row, r.seed) for r in runs) == [(row, s) for row in ROWS for s in (0, 1)]
+    for run in runs:
+        folder = out / f"{run.row}-s{run.seed}"
+        lines = (folder / "ckpt.metrics.jsonl").read_text().splitlines()
+        assert run.metrics == [json.loads(line) for line in lines]
+        assert run.plans == [json.loads(line) for line in (folder / "ckpt.plans.jsonl").read_text().splitlines()]
+        assert run.config["train"]["seed"] == run.seed and run.meta["data_hash"]
+
+
+def test_fresh_store_seeds_the_pack_as_groups_of_seeds_once(suite_dir, tmp_path):
+    out, report = suite_dir
+    dest = tmp_path / "suite.jsonl.gz"
+    pack_suite(out, dest, summarize(report))
+    _, packed = read_pack(dest)
+    packed = {(r.row, r.seed): r for r in packed}
+    with _client(tmp_path, dest) as c:
+        runs = _suite_runs(c)
+        assert sorted((r["group"], r["seed"]) for r in runs) == sorted(packed)
+        for r in runs:
+            p = packed[(r["group"], r["seed"])]
+            assert r["status"] == "FINISHED" and r["experiment"] == "paper suite · tiny scale"
+            assert r["params"]["train.seed"] == str(p.seed) and r["params"]["model.n_layer"] == "2"
+            assert "reproduction" in r["tags"] and r["progress"]["step"] == p.metrics[-1]["step"]
+            series = c.get(f"{API}/runs/{r['id']}/metrics", params={"keys": "train_loss"}).json()["series"]
+            assert series["train_loss"]["value"] == [e["train_loss"] for e in p.metrics if "train_loss" in e]
+            steps = c.get(f"{API}/runs/{r['id']}/windows").json()["steps"]
+            assert steps == [e["step"] for e in p.plans]
+        (grp,) = c.get(f"{API}/runs/groups", params={"source": "suite", "group": "full_adaptive",
+                                                     "keys": "val_loss"}).json()
+        losses = [packed[("full_adaptive", s)].result["val_loss"] for s in (0, 1)]
+        assert grp["seeds"] == [0, 1] and grp["stats"]["val_loss"]["mean"] == pytest.approx(np.mean(losses))
+        assert grp["stats"]["val_loss"]["std"] == pytest.approx(np.std(losses, ddof=1))
+        first = sorted(r["id"] for r in runs)
+    with _client(tmp_path, dest) as c:  # the same file again: nothing re-imported
+        assert sorted(r["id"] for r in _suite_runs(c)) == first
+
+
+def test_a_changed_pack_replaces_the_runs_and_a_broken_one_is_refused(suite_dir, tmp_path):
+    out, report = suite_dir
+    dest = tmp_path / "suite.jsonl.gz"
+    pack_suite(out, dest, summarize(report))
+    with _client(tmp_path, dest) as c:
+        first = {r["id"] for r in _suite_runs(c)}
+    lines = gzip.decompress(dest.read_bytes()).decode().splitlines()
+    dest.write_bytes(gzip.compress(("\n".join(lines[:2]) + "\n").encode()))  # the header and one run
+    with _client(tmp_path, dest) as c:
+        runs = _suite_runs(c)
+        assert len(runs) == 1 and not {r["id"] for r in runs} & first
+    bad = json.loads(lines[1])
+    bad["plans"][0]["windows"] = [[0]]  # not a plan of this model
+    dest.write_bytes(gzip.compress(("\n".join([lines[0], json.dumps(bad)]) + "\n").encode()))
+    with _client(tmp_path, dest) as c:  # refused as a whole; the service starts and keeps what it had
+        assert len(_suite_runs(c)) == 1
+    (tmp_path / "junk.gz").write_bytes(b"not gzip")
+    with _client(tmp_path / "other", tmp_path / "junk.gz") as c:
+        assert _suite_runs(c) == [] and c.get(f"{API}/health").status_code == 200
+
+
+@pytest.mark.skipif(not SHIPPED_SUITE.is_file(), reason="the shipped suite file is not in this checkout")
+def test_a_fresh_data_dir_lists_the_shipped_reproduction(tmp_path):
+    header, packed = read_pack(SHIPPED_SUITE)
+    packed = list(packed)
+    with _client(tmp_path, SHIPPED_SUITE) as c:
+        runs = _suite_runs(c)
+        assert sorted((r["group"], r["seed"]) for r in runs) == sorted((p.row, p.seed) for p in packed)
+        groups = c.get(f"{API}/runs/groups", params={"source": "suite", "keys": "val_loss"}).json()
+        for g in groups:  # every row has 3 seeds, and the store's mean is the suite's own summary
+            assert g["seeds"] == [0, 1, 2]
+            assert math.isclose(g["stats"]["val_loss"]["mean"], header["summary"][g["group"]]["val_loss"][0],
+                                rel_tol=1e-12)
+        adaptive = next(r for r in runs if r["group"] == "full_adaptive")
+        assert len(c.get(f"{API}/runs/{adaptive['id']}/windows").json()["steps"]) > 2  # windows change
