@@ -4,7 +4,7 @@ Source: arXiv 2608.19203 (Asymmetric Attention Heads), Table 1 (final training-l
 10000, validation on the first 20 validation blocks, seed 0, T = 4096, 1b model) and Table 2
 (``infer.py`` on the step-10000 checkpoint, 61 validation blocks), as transcribed in
 shared/reference/aah_method.md §6.1-6.2. These are the paper's figures, not ours. Each row is keyed
-by the preset that reproduces it (aah_core/controller/variants.py); the paper's own label for the
+by the preset that reproduces it (aah_core/presets.py); the paper's own label for the
 row ("Pure baseline", "Deep practical reuse", ...) is kept only as `label`, for display.
 """
 

@@ -57,7 +57,7 @@ class Controller:
 def build_controller(config: RunConfig, model: WindowedGPT) -> Controller:
     """The controller named by controller.mode (its settings were validated when the config was built).
 
-    static: a fixed plan (plan / window); static_per_layer: one window per layer (variants.py);
+    static: a fixed plan (plan / window); static_per_layer: one window per layer (per_layer.py);
     aah: the paper's AAH-v3 control branch and its variants (aah.py); learned: a window policy
     trained under a coverage budget (learned.py).
     """
@@ -65,7 +65,7 @@ def build_controller(config: RunConfig, model: WindowedGPT) -> Controller:
     if mode == "static":
         return Controller(config, model)
     if mode == "static_per_layer":
-        from aah_core.controller.variants import PerLayerController
+        from aah_core.controller.per_layer import PerLayerController
 
         return PerLayerController(config, model)
     if mode == "aah":

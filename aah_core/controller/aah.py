@@ -54,7 +54,7 @@ class LayerState:
 
 
 class AAHController(Controller):
-    """Controller mode 'aah': every §3 variant is a setting of this class (see variants.py)."""
+    """Controller mode 'aah': every §3 variant is a setting of this class (see aah_core/presets.py)."""
 
     def __init__(self, config: RunConfig, model: WindowedGPT) -> None:
         self.config, self.model = config, model
