@@ -3,7 +3,7 @@ window fractions, and the window map at any step."""
 
 import streamlit as st
 
-from frontend import api, components as C, figures as F, views
+from frontend import api, components as C, figures as F, jobs, views
 from frontend import plans as P
 
 PAGE = "acr"
@@ -30,17 +30,21 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     first, last = st.slider("Steps", 0, last_step, (0, last_step), key=f"{PAGE}.steps.{run_id}") \
         if last_step > 0 else (0, 0)
     # the range's open ends stay open, so that a live run's curves keep growing
-    steps = (first or None, None if last >= last_step else last)
+    step_range = (first or None, None if last >= last_step else last)
 
-live = next((r["status"] in ("RUNNING", "SCHEDULED") for r in runs if r["id"] == run_id), False)
+drawn_status = next((r["status"] for r in runs if r["id"] == run_id), None)  # as the run picker says it
+live = drawn_status in jobs.ACTIVE
 
 
 @st.fragment(run_every=3.0 if live else None)
-def curves() -> None:
-    """The run's curves; while it trains they refresh every 3 s, so they grow on screen."""
+def curves(step_range: tuple[int | None, int | None]) -> None:
+    """The run's curves; while it trains they refresh every 3 s, so they grow on screen, and the page
+    redraws when its status changes."""
     with api.guard("drawing the curves"):
         state = C.current_state(PAGE)
-        run, figs = views.acr_figures(run_id, state["keys"], state["smooth"], *steps)
+        run, figs = views.acr_figures(run_id, state["keys"], state["smooth"], *step_range)
+        if run["status"] != drawn_status:  # started or ended: the picker, the map and the polling follow
+            st.rerun(scope="app")
         for line in views.run_lines(run):
             st.caption(line)
         if not figs:
@@ -56,7 +60,7 @@ def curves() -> None:
                 C.show_figure(figs["fractions"], "acr._fractions")
 
 
-curves()
+curves(step_range)  # an argument, not a global: a fragment rerun sees the page's globals as they end
 state = C.current_state(PAGE)
 
 with api.guard("window map"):
@@ -65,7 +69,13 @@ with api.guard("window map"):
         st.stop()
     # a training run's plan and its list of steps grow as it trains: never serve them from the 30 s cache
     fetch = api.call if live else api.cached
-    latest = fetch("run_windows", run_id)
+    try:
+        latest = fetch("run_windows", run_id)
+    except api.ApiError as exc:
+        if not live or exc.status != 404:
+            raise
+        C.placeholder("No window map yet: it appears once training writes its first plan.")
+        st.stop()
     steps = latest["steps"] or [latest["step"]]
     if state["step"] not in steps:
         st.session_state[C.key(PAGE, "step")] = steps[-1]

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from frontend import api, components as C, views
+from frontend import api, components as C, jobs, views
 from frontend import run_table as R
 
 PAGE = "runs"
@@ -23,8 +23,10 @@ max_loss = c3.number_input("Max val_loss", 0.0, 100.0, 0.0, 0.1, key="runs._maxl
 cov = c4.slider("causal_coverage range", 0.0, 1.0, (0.0, 1.0), 0.01, key="runs._cov")
 state = C.current_state(PAGE)
 C.publish(PAGE, state)
+baseline: dict[int, str] = {}
 
 with api.guard("loading runs"), st.spinner("Loading runs..."):
+    baseline = jobs.snapshot()  # before the table reads the runs: see jobs.snapshot
     runs = api.call("runs", experiment=state["experiment"] or None, preset=state["preset"] or None,
                     status=state["status"] or None, limit=500)
     if not state["paper"]:
@@ -65,31 +67,12 @@ with st.expander("Launch a training run", expanded=False), api.guard("launching 
             with st.spinner("Starting the training job..."):
                 run = api.call("create_run", preset, overrides=overrides, name=name or None,
                                experiment=experiment or None)
-            st.session_state["runs._watch"] = run["id"]
-            st.success(f"Started run #{run['id']} ({run['status']}); its progress shows below.")
+            # said on the redraw that lists the new run (the table and the jobs below read it afresh)
+            st.session_state["runs._started"] = f"Started run #{run['id']} ({run['status']}); its progress shows below."
+            st.rerun()
+    if st.session_state.get("runs._started"):
+        st.success(st.session_state["runs._started"])
 
 
-@st.fragment(run_every=2.0)
-def active_runs() -> None:
-    """Live progress of running and scheduled jobs, with a cancel button each (polls every 2 s)."""
-    with api.guard("watching jobs"):
-        active = [r for r in api.call("runs", limit=500) if r["status"] in ("RUNNING", "SCHEDULED")]
-        if not active:
-            st.caption("No job is running.")
-            return
-        st.subheader("Jobs in progress")
-        for r in active:
-            prog = r.get("progress") or {}
-            total = max(prog.get("total_steps") or 0, 1)
-            c1, c2, c3 = st.columns([4, 1, 1])
-            c1.progress(min((prog.get("step") or 0) / total, 1.0),
-                        text=f"#{r['id']} {r['name']}: {r['status']}, step {prog.get('step', 0)}/{total}")
-            c2.markdown(f"[curves](acr?run={r['id']})")
-            if c3.button("Cancel", key=f"runs._cancel.{r['id']}"):
-                with st.spinner(f"Cancelling run #{r['id']}..."):
-                    done = api.call("cancel_run", r["id"])
-                st.toast(f"Run #{r['id']}: {done['status']}")
-
-
-active_runs()
+jobs.watch(baseline)  # progress every second; the page redraws when a job starts or ends
 C.share_bar(PAGE, state, lambda: views.runs_section(state))

@@ -1,0 +1,80 @@
+"""Live job status for pages that show runs: a snapshot of the active jobs taken when the page draws,
+and a polling fragment that shows their progress and reruns the whole page once any job's status
+changes (a job ends, starts or appears), so tables and run pickers never keep a stale status."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import streamlit as st
+
+from frontend import api
+
+ACTIVE = ("SCHEDULED", "RUNNING")
+ENDED_KEY = "jobs._ended"  # {run id: line} of jobs seen ending while this session watched
+
+
+def signature(runs: Sequence[Mapping]) -> dict[int, str]:
+    """{run id: status} of the runs that are scheduled or running: what a page's status display
+    depends on. Two snapshots differ exactly when a job appeared, started or ended."""
+    return {int(r["id"]): str(r["status"]) for r in runs if r.get("status") in ACTIVE}
+
+
+def snapshot() -> dict[int, str]:
+    """The active jobs now (one GET /runs). Take it before the page reads its own runs: a job that
+    changes in between then differs from the snapshot, and the watcher reruns the page once."""
+    return signature(api.call("runs", limit=500))
+
+
+def progress_text(run: Mapping) -> tuple[float, str]:
+    """(fraction done, "#12 tiny: RUNNING, step 30/50") for a progress bar."""
+    prog = run.get("progress") or {}
+    total = int(prog.get("total_steps") or 0)
+    step = int(prog.get("step") or 0)
+    frac = min(step / total, 1.0) if total > 0 else 0.0
+    steps = f"step {step}/{total}" if total > 0 else f"step {step}"
+    return frac, f"#{run['id']} {run['name']}: {run['status']}, {steps}"
+
+
+def ended_lines(before: Mapping[int, str], runs: Sequence[Mapping]) -> dict[int, str]:
+    """Lines for the runs that were active in `before` and are not any more (their final status)."""
+    by_id = {int(r["id"]): r for r in runs}
+    out = {}
+    for rid in before:
+        run = by_id.get(rid)
+        if run is not None and run.get("status") not in ACTIVE:
+            _, text = progress_text(run)
+            out[rid] = f"{text} · [curves](acr?run={rid})"
+    return out
+
+
+@st.fragment(run_every=1.0)
+def watch(baseline: dict[int, str], show: bool = True, cancel: bool = True) -> None:
+    """Poll the jobs every second. With `show`, draw each active job's progress (and a cancel button
+    with `cancel`) and the jobs that ended while this page was open. When the active jobs differ
+    from `baseline` (the snapshot the page drew with), rerun the whole page."""
+    with api.guard("watching jobs"):
+        runs = api.call("runs", limit=500)
+        now = signature(runs)
+        ended = st.session_state.setdefault(ENDED_KEY, {})
+        ended.update(ended_lines(baseline, runs))
+        if now != baseline:
+            st.rerun(scope="app")
+        if not show:
+            return
+        active = [r for r in runs if r["status"] in ACTIVE]
+        if active:
+            st.subheader("Jobs in progress")
+        else:
+            st.caption("No job is running.")
+        for r in active:
+            frac, text = progress_text(r)
+            c1, c2, c3 = st.columns([4, 1, 1])
+            c1.progress(frac, text=text)
+            c2.markdown(f"[curves](acr?run={r['id']})")
+            if cancel and c3.button("Cancel", key=f"runs._cancel.{r['id']}"):
+                with st.spinner(f"Cancelling run #{r['id']}..."):
+                    done = api.call("cancel_run", r["id"])
+                st.toast(f"Run #{r['id']}: {done['status']}")
+        for line in list(ended.values())[-5:]:
+            st.caption(f"Ended: {line}")

@@ -1,0 +1,65 @@
+"""Live job status in a real browser (issue 13): a job started while the Runs and ACR pages are open
+shows its progress as it trains, and both pages say it finished without a reload. Chromium through
+Playwright against the real API and dashboard (the session's stack from conftest.py)."""
+
+import re
+import time
+
+import httpx
+import pytest
+
+from tests.frontend import stack as S
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+STEPS = 200  # the tiny preset: a few seconds of training on an idle 2-core box, longer under load
+
+
+def _table_status(page, run_id: int) -> str:
+    """The status cell of the run's row in the runs table (the grid's accessible table mirrors the canvas)."""
+    for row in page.locator('[data-testid="stDataFrame"] tbody tr').all():
+        cells = row.locator("td").all_inner_texts()
+        if cells and cells[0].strip() == str(run_id):
+            return cells[2].strip()
+    return ""
+
+
+def _picker(page) -> str:
+    """The ACR page's run picker as it reads (the combobox's value)."""
+    return page.get_by_role("combobox", name="Run").input_value(timeout=2_000)
+
+
+def test_a_job_shows_progress_while_it_trains_and_pages_follow_its_status(live):
+    stack, browser = live
+    api = f"{stack.api_url}/api/v1"
+    runs_page = S.open_page(browser, f"{stack.ui_url}/runs")
+    S.wait_for(lambda: runs_page.get_by_text("No job is running.").count(), what="the jobs watcher")
+    run = httpx.post(f"{api}/runs", json={"preset": "tiny", "name": "live-check",
+                                          "overrides": {"train.max_steps": STEPS}}, timeout=60).json()
+    rid = run["id"]
+    acr_page = S.open_page(browser, f"{stack.ui_url}/acr?run={rid}")
+    S.wait_for(lambda: re.search(rf"#{rid} live-check \((SCHEDULED|RUNNING)\)", _picker(acr_page)),
+               what="the run picker naming the new job")
+    # the runs table gains the new job without a reload (the watcher saw it appear)
+    S.wait_for(lambda: _table_status(runs_page, rid) in ("SCHEDULED", "RUNNING"), what="the job in the table")
+
+    bars: list[str] = []
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        bars += runs_page.locator('[data-testid="stProgress"]').all_inner_texts()
+        if httpx.get(f"{api}/runs/{rid}", timeout=30).json()["status"] not in ("SCHEDULED", "RUNNING"):
+            break
+        time.sleep(0.2)
+    final = httpx.get(f"{api}/runs/{rid}", timeout=30).json()
+    assert final["status"] == "FINISHED", final.get("error")
+    running = [int(m.group(1)) for b in bars if (m := re.search(rf"#{rid} live-check: RUNNING, step (\d+)/{STEPS}", b))]
+    assert any(0 < k < STEPS for k in running), f"no progress seen while running: {sorted(set(bars))}"
+
+    # after the end, without a reload: the table, the watcher and the ACR page's picker say FINISHED
+    S.wait_for(lambda: _table_status(runs_page, rid) == "FINISHED", timeout=30, what="FINISHED in the table")
+    S.wait_for(lambda: runs_page.get_by_text(f"Ended: #{rid} live-check: FINISHED, step {STEPS}/{STEPS}").count(),
+               timeout=30, what="the ended job's line")
+    S.wait_for(lambda: f"#{rid} live-check (FINISHED)" in _picker(acr_page), timeout=30,
+               what="FINISHED in the ACR run picker")
+    assert acr_page.locator('[data-testid="stException"]').count() == 0
+    runs_page.close()
+    acr_page.close()
