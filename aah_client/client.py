@@ -174,12 +174,15 @@ class ApiClient:
         text_id: str | None = None,
         window: Window | Literal["own"] = OWN_WINDOW,
         text: str | None = None,
+        offset: int = 0,
     ) -> Json:
         """One head's full and windowed attention maps (GET for bundled texts, POST for free text).
 
-        ``window``: "own" (the head's window in the model's plan), an int >= 1, or None (full)."""
+        ``window``: "own" (the head's window in the model's plan), an int >= 1, or None (full).
+        ``offset``: with ``text``, the first token shown (the answer's ``offset`` and ``text_tokens``
+        say which span of the whole text the maps cover)."""
         if text is not None:
-            body = {"layer": layer, "head": head, "text": text, "text_id": None, "window": window}
+            body = {"layer": layer, "head": head, "text": text, "text_id": None, "window": window, "offset": offset}
             return self._post(f"/models/{model_id}/attention", body)
         query = "full" if window is None else window  # a query string has no null
         return self._get(f"/models/{model_id}/attention", layer=layer, head=head, text_id=text_id, window=query)

@@ -140,10 +140,16 @@ class EvaluateResponse(CoverageFields, CostFields):
 
 MAX_TEXT_CHARS = 4096
 
+MAX_ATTENTION_TEXT_CHARS = 100_000  # a long paste is read whole; the map shows seq_len tokens from `offset`
+
+
 class AttentionRequest(Request):
     layer: int = Field(ge=0, le=1024)
     head: int = Field(ge=0, le=1024)
-    text: str | None = Field(None, max_length=MAX_TEXT_CHARS)
+    text: str | None = Field(None, max_length=MAX_ATTENTION_TEXT_CHARS)
+    offset: int = Field(0, ge=0, le=MAX_ATTENTION_TEXT_CHARS * 8,
+                        description="first token of the span shown: a text longer than the model's seq_len is "
+                                    "shown seq_len tokens at a time (clipped so the span ends at the text's end)")
     text_id: str | None = Field(None, max_length=64)
     window: AttentionWindow = Field(OWN_WINDOW, description='"own" (default): the head\'s own window; '
                                     "an int >= 1; null: full causal attention")
@@ -160,6 +166,8 @@ class AttentionResponse(Response):
     cut_mass: list[float]
     pool: int
     n_tokens: int
+    offset: int = Field(description="the text's token index of the first token shown")
+    text_tokens: int = Field(description="tokens in the whole text; tokens outside offset..offset+n_tokens are not shown")
 
 
 class RetainedMassResponse(Response):

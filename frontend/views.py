@@ -92,19 +92,33 @@ def window_request(choice: str) -> int | str | None:
 
 
 CUSTOM_TEXT = "own"  # the `text` state value meaning "the user's own text" (kept out of links)
+OWN_TEXT_MAX_CHARS = 100_000  # the API's limit for a posted text (read whole; shown seq_len tokens at a time)
 
 
-def attention_data(state: dict, own_text: str | None = None) -> tuple[dict, dict, list[dict]]:
-    """One head's maps on a bundled text, or on `own_text` when the state says so (POST /attention)."""
+def attention_data(state: dict, own_text: str | None = None, offset: int = 0) -> tuple[dict, dict, list[dict]]:
+    """One head's maps on a bundled text, or on `own_text` from token `offset` when the state says so
+    (POST /attention)."""
     model = pick_model(state["model"])
     texts = api.cached("model_texts", model["id"])
     window = window_request(state["window"])
     if state["text"] == CUSTOM_TEXT and own_text:
-        data = api.cached("attention", model["id"], state["layer"], state["head"], text=own_text, window=window)
+        data = api.cached("attention", model["id"], state["layer"], state["head"], text=own_text, window=window,
+                          offset=offset)
         return model, data, texts
     text_id = state["text"] if state["text"] not in ("", CUSTOM_TEXT) else (texts[0]["id"] if texts else None)
     data = api.cached("attention", model["id"], state["layer"], state["head"], text_id=text_id, window=window)
     return model, data, texts
+
+
+def span_note(data: dict) -> str | None:
+    """What of the text the maps leave out, in words; None when they show all of it."""
+    n, start, shown = data.get("text_tokens", data["n_tokens"]), data.get("offset", 0), data["n_tokens"]
+    if shown >= n:
+        return None
+    before, after = start, n - start - shown
+    return (f"Showing tokens {start + 1:,}–{start + shown:,} of {n:,}: the model reads {data['seq_len']:,} tokens "
+            f"at a time, so {before:,} token(s) before and {after:,} after this span are not shown. "
+            "Move the span with the slider.")
 
 
 def attention_figures(data: dict) -> dict[str, go.Figure]:

@@ -98,9 +98,10 @@ def read_attention(
 
 @router.post("/{model_id}/attention")
 def create_attention(model_id: ModelId, body: AttentionRequest, registry: RegistryDep) -> AttentionResponse:
-    """As GET, for a posted text (<= 4096 characters) or a bundled one."""
+    """As GET, for a posted text (<= 100,000 characters; seq_len tokens from `offset` are shown) or a
+    bundled one."""
     return analysis.attention(registry.get(model_id), body.layer, body.head, body.text, body.text_id,
-                              body.window)
+                              body.window, body.offset)
 
 
 @router.get("/{model_id}/retained-mass")

@@ -117,14 +117,21 @@ def encode_text(lm: LoadedModel, text: str, field: str = "text") -> list[int]:
 
 
 def _token_ids(lm: LoadedModel, text: str | None, text_id: str | None) -> torch.Tensor:
-    """[T] ids of a posted text (truncated to seq_len) or of a bundled one (default: the first)."""
+    """[N] ids of a posted text (whole) or of a bundled one (default: the first)."""
     if text is not None:
-        return torch.tensor(encode_text(lm, text)[: lm.info.seq_len], dtype=torch.long)
+        return torch.tensor(encode_text(lm, text), dtype=torch.long)
     if text_id is None:
         text_id = next(iter(lm.texts()), None)
         if text_id is None:
             raise InvalidInput("text_id: this model has no bundled texts; send a text")
     return lm.text(text_id).ids
+
+
+def token_span(n: int, seq_len: int, offset: int) -> tuple[int, int]:
+    """(start, end) of the seq_len tokens shown from `offset`, clipped to the text: the span always holds
+    min(n, seq_len) tokens and ends at or before the text's end."""
+    start = max(0, min(offset, n - seq_len))
+    return start, min(n, start + seq_len)
 
 
 def _rows(m: torch.Tensor) -> list[list[float | None]]:
@@ -134,10 +141,13 @@ def _rows(m: torch.Tensor) -> list[list[float | None]]:
 
 
 def attention(lm: LoadedModel, layer: int, head: int, text: str | None, text_id: str | None,
-              window: AttentionWindow) -> AttentionResponse:
-    """One head's maps under ``window``: "own" (the head's window in the model's plan), an int or None (full)."""
+              window: AttentionWindow, offset: int = 0) -> AttentionResponse:
+    """One head's maps under ``window``: "own" (the head's window in the model's plan), an int or None (full),
+    on the text's seq_len tokens from ``offset`` (see token_span)."""
     _check_head(lm, layer, head)
-    ids = _token_ids(lm, text, text_id)
+    whole = _token_ids(lm, text, text_id)
+    start, end = token_span(whole.shape[0], lm.info.seq_len, offset)
+    ids = whole[start:end]
     T = ids.shape[0]
     w = int(lm.plan[layer, head]) if window == OWN_WINDOW else decode_window(window, lm.info.seq_len)
     maps = diagnostics.head_attention(lm.model, ids.view(1, T), lm.plan, layer, head, w)  # read-only: no lock
@@ -148,6 +158,7 @@ def attention(lm: LoadedModel, layer: int, head: int, text: str | None, text_id:
         tokens=labels[::pool], full=_rows(diagnostics.pool_map(maps.full, pool)),
         windowed=_rows(diagnostics.pool_map(maps.windowed, pool)),
         cut_mass=diagnostics.pool_rows(maps.cut_mass, pool).tolist(), pool=pool, n_tokens=T,
+        offset=start, text_tokens=whole.shape[0],
     )
 
 

@@ -46,8 +46,13 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
     C.publish(PAGE, state)
     own_text = None
     if state["text"] == views.CUSTOM_TEXT:
-        own_text = st.text_area("Your text (up to 4096 characters; not part of shared links)", max_chars=4096,
-                                key="attention._own_text").strip() or None
+        # no max_chars: the browser would drop the rest of a long paste without a word
+        own_text = st.text_area(f"Your text (up to {views.OWN_TEXT_MAX_CHARS:,} characters are read; not part "
+                                "of shared links)", key="attention._own_text").strip() or None
+        if own_text and len(own_text) > views.OWN_TEXT_MAX_CHARS:
+            st.warning(f"Your text has {len(own_text):,} characters; only the first {views.OWN_TEXT_MAX_CHARS:,} "
+                       "are read.", icon="✂️")
+            own_text = own_text[: views.OWN_TEXT_MAX_CHARS]
         if not own_text:
             C.placeholder("Type or paste a text above to see this head's attention on it.")
             st.stop()
@@ -59,8 +64,17 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
 
 with api.guard("attention maps"):
 
+    span_slot = st.container()  # what of a long text is shown, and the slider that moves the span
     with st.spinner(f"Computing layer {layer}, head {head} attention..."):
-        _, data, _ = views.attention_data(state, own_text)
+        _, data, _ = views.attention_data(state, own_text, st.session_state.get("attention._offset", 0))
+    note = views.span_note(data)
+    if note:
+        with span_slot:
+            st.warning(note, icon="✂️")
+            last = data["text_tokens"] - data["n_tokens"]
+            st.session_state["attention._offset"] = data["offset"]  # the span the API used (clipped)
+            st.slider("Tokens skipped before the span", 0, last, step=1, key="attention._offset",
+                      help=f"the {data['n_tokens']} tokens after these are shown")
     figs = views.attention_figures(data)
     st.caption(f"{data['n_tokens']} tokens" + (f", average-pooled by {data['pool']}" if data.get("pool", 1) > 1 else "")
                + f" · window {P.window_label(data['window'])} · rows = query, columns = key; "

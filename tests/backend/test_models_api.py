@@ -175,8 +175,27 @@ def test_attention_errors(client, params, status, message):
 def test_attention_post_errors(client):
     r = client.post(f"{API}/models/demo/attention", json={"layer": 0, "head": 0, "text": ""})
     assert r.status_code == 422 and "empty" in r.json()["detail"]
-    r = client.post(f"{API}/models/demo/attention", json={"layer": 0, "head": 0, "text": "x" * 4097})
+    r = client.post(f"{API}/models/demo/attention", json={"layer": 0, "head": 0, "text": "x" * 100_001})
     assert r.status_code == 422 and r.json()["detail"].startswith("text:")
+    r = client.post(f"{API}/models/demo/attention", json={"layer": 0, "head": 0, "text": "x", "offset": -1})
+    assert r.status_code == 422 and r.json()["detail"].startswith("offset")
+
+
+def test_attention_on_a_long_text_shows_seq_len_tokens_from_the_offset(client):
+    """A text longer than seq_len (64 here) is read whole; the maps cover the span chosen by `offset`,
+    clipped to the text, and the answer says which span of how many tokens that is."""
+    text = "".join(chr(97 + i % 26) for i in range(1000))  # 1000 byte tokens
+    ask = {"layer": 0, "head": 0, "text": text}
+    first = client.post(f"{API}/models/demo/attention", json=ask).json()
+    assert (first["offset"], first["n_tokens"], first["text_tokens"]) == (0, 64, 1000)
+    assert "".join(first["tokens"]) == text[:64]
+    mid = client.post(f"{API}/models/demo/attention", json={**ask, "offset": 500, "window": 16}).json()
+    assert (mid["offset"], mid["n_tokens"]) == (500, 64) and "".join(mid["tokens"]) == text[500:564]
+    _check_maps(mid, 16)
+    past = client.post(f"{API}/models/demo/attention", json={**ask, "offset": 990}).json()
+    assert (past["offset"], past["n_tokens"]) == (936, 64) and "".join(past["tokens"]) == text[936:]
+    short = client.post(f"{API}/models/demo/attention", json={**ask, "text": "abc", "offset": 7}).json()
+    assert (short["offset"], short["n_tokens"], short["text_tokens"]) == (0, 3, 3)
 
 
 def test_retained_mass_curves(client):

@@ -105,13 +105,16 @@ class FakeApi:
                 "eval_set": eval_set,
                 "elapsed_ms": 12.0, "cached": False, "per_token": pt}
 
-    def attention(self, model_id, layer, head, text_id=None, window="own", text=None):
+    def attention(self, model_id, layer, head, text_id=None, window="own", text=None, offset=0):
         self._rec("attention", model_id, layer, head, text_id=text_id, window=window,
-                  **({"text": text} if text is not None else {}))
+                  **({"text": text, "offset": offset} if text is not None else {}))
         w = OWN[layer][head] if window == "own" else (None if window is None or window >= T else window)
         full, win, cut = _attn(w)
+        n = len(text) if text is not None else 6  # a posted text: one token per character, T=6 shown
+        start = max(0, min(offset, n - 6))
         return {"layer": layer, "head": head, "window": w, "seq_len": T, "tokens": list("abcdef"),
-                "full": full, "windowed": win, "cut_mass": cut, "pool": 1, "n_tokens": 6}
+                "full": full, "windowed": win, "cut_mass": cut, "pool": 1, "n_tokens": 6,
+                "offset": start, "text_tokens": max(n, 6)}
 
     def retained_mass(self, model_id, text_id=None):
         self._rec("retained_mass", model_id, text_id=text_id)

@@ -52,7 +52,7 @@ def test_post_bodies_follow_the_contract():
     api.compare_runs([1, 2], agg="at_step", step=100)
     api.windows_diff({"run_id": 1, "step": None}, {"model_id": "demo"})
     api.create_view("v", "editor", {"plan": "4.f"})
-    api.attention("demo", 0, 1, text="hello there", window=8)
+    api.attention("demo", 0, 1, text="hello there", window=8, offset=3)
     api.cancel_run(7)
     api.register_model("my-llama", name="My Llama")
     bodies = [(r.method, r.url.path, json.loads(r.content or b"null")) for r in seen]
@@ -64,7 +64,7 @@ def test_post_bodies_follow_the_contract():
     assert bodies[4] == ("POST", "/api/v1/windows/diff", {"a": {"run_id": 1, "step": None}, "b": {"model_id": "demo"}})
     assert bodies[5][2] == {"name": "v", "page": "editor", "state": {"plan": "4.f"}}
     assert bodies[6] == ("POST", "/api/v1/models/demo/attention",
-                         {"layer": 0, "head": 1, "text": "hello there", "text_id": None, "window": 8})
+                         {"layer": 0, "head": 1, "text": "hello there", "text_id": None, "window": 8, "offset": 3})
     assert bodies[7][:2] == ("POST", "/api/v1/runs/7/cancel")
     assert bodies[8] == ("POST", "/api/v1/models", {"path": "my-llama", "name": "My Llama", "seq_len": None})
 

@@ -287,3 +287,12 @@ def test_editor_generate_panel_shows_both_continuations(fake_api):
     texts = [t.value for t in at.text]
     assert "abceeeee" in texts and "abcooooo" in texts
     assert not at.exception
+
+
+def test_attention_on_a_long_own_text_says_what_is_shown_and_moves_the_span(fake_api):
+    at = page("attention", text="own")
+    at.text_area(key="attention._own_text").input("x" * 40).run()
+    assert any("Showing tokens 1–6 of 40" in w.value and "34 after" in w.value for w in at.warning)
+    at.slider(key="attention._offset").set_value(20).run()
+    assert fake_api.called("attention")[-1][2]["offset"] == 20
+    assert any("Showing tokens 21–26 of 40" in w.value for w in at.warning) and not at.exception
