@@ -1,5 +1,5 @@
 """The FastAPI app: ``create_app(settings)`` plus a lifespan that opens the store, migrates it,
-reconciles interrupted runs, seeds first-start content and starts the model registry and the
+reconciles runs with their workers, seeds first-start content and starts the model registry and the
 job manager. ``python -m uvicorn backend.app:app`` serves the module-level ``app``."""
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from backend.services.jobs import JobManager
 from backend.services.registry import Registry
 from backend.settings import Settings
 from backend.suite_seed import seed_suite
-from backend.store import reconcile_active_runs
 
 logger = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
@@ -39,11 +38,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     engine = make_engine(settings.db_url)
     migrate.upgrade(engine)
     sessions = make_session_factory(engine)
-    with transaction(sessions) as s:
-        stale = reconcile_active_runs(s, "interrupted: the service stopped while this run was active")
-        if stale:
-            logger.warning("runs %s were left active by a previous service and are now FAILED", stale)
-        if settings.seed_paper:
+    app.state.jobs = JobManager(settings, sessions)
+    app.state.jobs.start_reconciling()  # runs a previous server left active, and their stray workers
+    if settings.seed_paper:
+        with transaction(sessions) as s:
             seed_paper_reference(s)
     if settings.seed_demo:
         with transaction(sessions) as s:
@@ -57,7 +55,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         torch.set_num_threads(settings.torch_threads)
     app.state.sessions = sessions
     app.state.registry = Registry(settings, sessions)
-    app.state.jobs = JobManager(settings, sessions)
     app.state.metrics_cache = LruCache(METRICS_CACHE_ITEMS)
     if settings.preload_models:
         app.state.registry.preload()

@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     result_cache_size: int = Field(512, ge=0, description="Evaluation results kept per process (LRU).")
     max_loaded_models: int = Field(4, ge=1, description="Checkpoints kept in memory at once (LRU).")
     job_grace_s: float = Field(10.0, ge=0, description="Seconds a cancelled worker gets before it is killed.")
+    reconcile_s: float = Field(
+        30.0, ge=0, description="Every so many seconds, runs marked SCHEDULED/RUNNING without a live worker "
+        "are ended (and orphaned workers stopped); also done at start. 0: only at start.")
     torch_threads: int | None = Field(None, ge=1, description="torch.set_num_threads for evaluation.")
     corpus_dirs: str = Field(
         "", description="Folders (separated by ':' or ',') that training jobs may read corpora and tokenizer "

@@ -40,6 +40,8 @@ class SqliteMetricsSink(Callback):
         self._step: int | None = None
         self._last_flush = time.monotonic()
         self._stop = threading.Event()
+        self._stop_reason: str | None = None
+        self.recorded_end = False  # whether this sink, not the service, recorded the run's end
         self._checkpoint: Path | None = None
         self._lock = threading.Lock()
 
@@ -74,8 +76,10 @@ class SqliteMetricsSink(Callback):
 
     def on_end(self, status: str, error: str | None) -> None:
         self.flush()
+        if status == "KILLED" and error is None:
+            error = self._stop_reason
         with transaction(self.sessions) as s:
-            ended = store.end_run(s, self.run_id, status, error)
+            ended = self.recorded_end = store.end_run(s, self.run_id, status, error)
             if ended and status in ("FINISHED", "KILLED") and self._checkpoint is not None:
                 run = store.get_run(s, self.run_id)
                 catalog.register_checkpoint(s, catalog.CheckpointEntry(
@@ -87,7 +91,10 @@ class SqliteMetricsSink(Callback):
 
     # -- helpers --------------------------------------------------------------------------
 
-    def request_stop(self) -> None:
+    def request_stop(self, reason: str) -> None:
+        """Stop at the next step; a run stopped so ends KILLED with ``reason`` as its error."""
+        if not self._stop.is_set():
+            self._stop_reason = reason
         self._stop.set()
 
     def flush(self) -> int:

@@ -181,12 +181,19 @@ def end_run(s: Session, run_id: int, status: str, error: str | None = None) -> b
     return result.rowcount > 0
 
 
-def reconcile_active_runs(s: Session, message: str) -> list[int]:
-    """Runs left SCHEDULED/RUNNING by a service that stopped: they can never finish now."""
-    ids = list(s.scalars(select(Run.id).where(Run.status.in_(ACTIVE_STATUSES))))
-    for run_id in ids:
-        end_run(s, run_id, "FAILED", message)
-    return ids
+@dataclass(frozen=True)
+class ActiveRun:
+    id: int
+    status: str
+    pid: int | None
+    created_at: int
+
+
+def active_job_runs(s: Session) -> list[ActiveRun]:
+    """SCHEDULED/RUNNING runs of this service's training jobs (tracked runs have no worker here)."""
+    rows = s.execute(select(Run.id, Run.status, Run.pid, Run.created_at)
+                     .where(Run.status.in_(ACTIVE_STATUSES), Run.source == "job").order_by(Run.id))
+    return [ActiveRun(*row) for row in rows]
 
 
 # ---- params and metrics ------------------------------------------------------------------

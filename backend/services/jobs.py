@@ -1,19 +1,22 @@
 """Training jobs: one worker process per run, a cap on concurrent jobs, cancel, and clean-up.
 
-A watcher thread waits on each worker. Whatever way the worker ends (normal exit, crash,
-SIGKILL, out of memory), the watcher makes sure the run leaves SCHEDULED/RUNNING: a worker
-that died without reporting gets FAILED (exit code + the tail of its log) or KILLED (when
-it was cancelled or killed by a signal). Runs left active by a previous service process
-are failed at startup (``store.reconcile_active_runs``).
+Each worker is started by a thread of its own that then waits on it, so the worker's parent-death
+signal (services/workers.py) fires only if the server itself dies. Whatever way the worker ends
+(normal exit, crash, SIGKILL, out of memory), that thread makes sure the run leaves
+SCHEDULED/RUNNING: a worker that died without reporting gets FAILED (exit code + the tail of its
+log) or KILLED (when it was killed by a signal). The worker records its own end otherwise, once:
+SIGINT means cancelled by the user, SIGTERM that the service stopped. Runs without a live worker
+(a server that was SIGKILLed, a worker that died unrecorded) are reconciled at start and every
+``AAH_RECONCILE_S`` seconds; the job cap counts every live worker of the store, not only ours.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +29,7 @@ from aah_core.paths import confine_data_paths
 from aah_core.presets import get_preset
 from backend import store
 from backend.db import transaction
+from backend.services import workers
 from backend.errors import Conflict, InvalidInput, Unavailable
 from backend.schemas import RunCreate, RunPublic
 from backend.settings import Settings
@@ -50,10 +54,37 @@ class JobManager:
         self.sessions = sessions
         self._jobs: dict[int, Job] = {}
         self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._reconciler: threading.Thread | None = None
 
     def active(self) -> int:
+        """Live workers of this store: ours plus any another server (or a stray) runs."""
         with self._lock:
-            return sum(not job.done.is_set() for job in self._jobs.values())
+            own = {rid for rid, job in self._jobs.items() if not job.done.is_set()}
+            return len(own) + workers.foreign_live_workers(self.sessions, self.settings.data_dir, own)
+
+    def reconcile(self, run_ids: list[int] | None = None) -> list[int]:
+        """End the active job runs that no live worker serves (stopping orphaned workers first)."""
+        with self._lock:  # start() holds it from creating a run until its worker is in the table
+            own = set(self._jobs)
+            return workers.reconcile(self.sessions, self.settings.data_dir, own, self.settings.job_grace_s,
+                                     run_ids)
+
+    def start_reconciling(self) -> None:
+        """Reconcile now, then every ``reconcile_s`` seconds in a daemon thread (0: only now)."""
+        ended = self.reconcile()
+        if ended:
+            logger.warning("runs %s had no live worker and are now ended", ended)
+        if self.settings.reconcile_s > 0:
+            self._reconciler = threading.Thread(target=self._reconcile_loop, name="reconcile", daemon=True)
+            self._reconciler.start()
+
+    def _reconcile_loop(self) -> None:
+        while not self._closing.wait(self.settings.reconcile_s):
+            try:
+                self.reconcile()
+            except Exception:  # the database may be briefly unavailable: try again next time
+                logger.exception("reconciling runs with their workers failed")
 
     def start(self, body: RunCreate) -> RunPublic:
         try:
@@ -66,7 +97,8 @@ class JobManager:
         with self._lock:
             # forget finished workers (their runs are in the store), so the table holds live jobs only
             self._jobs = {rid: job for rid, job in self._jobs.items() if not job.done.is_set()}
-            running = len(self._jobs)
+            running = len(self._jobs) + workers.foreign_live_workers(self.sessions, self.settings.data_dir,
+                                                                     set(self._jobs))
             if running >= self.settings.max_jobs:
                 raise Unavailable(f"{running} training job(s) running; the cap is {self.settings.max_jobs} "
                                   "(AAH_MAX_JOBS). Wait for one to end or cancel one.")
@@ -75,17 +107,29 @@ class JobManager:
                     s, name=body.name or f"{body.preset}", experiment=body.experiment or DEFAULT_EXPERIMENT,
                     preset=body.preset, params=store.flatten_params(config.to_dict()), config=config.to_dict(), seq_len=config.model.seq_len,
                     total_steps=config.train.max_steps)
-            try:
-                job = self._spawn(run_id)
-            except OSError as exc:  # no worker started: the run must not stay SCHEDULED forever
-                error = f"could not start the worker process ({exc.__class__.__name__}: {exc})"
+            started: queue.Queue[Job | OSError] = queue.Queue(maxsize=1)
+            threading.Thread(target=self._run_worker, args=(run_id, started), name=f"job-{run_id}",
+                             daemon=True).start()
+            job = started.get()
+            if isinstance(job, OSError):  # no worker started: the run must not stay SCHEDULED forever
+                error = f"could not start the worker process ({job.__class__.__name__}: {job})"
                 with transaction(self.sessions) as s:
                     store.end_run(s, run_id, "FAILED", error)
                 raise Unavailable(f"run {run_id}: {error}") from None
             self._jobs[run_id] = job
-        threading.Thread(target=self._watch, args=(job,), name=f"job-{run_id}", daemon=True).start()
         with transaction(self.sessions) as s:
             return store.get_run(s, run_id)
+
+    def _run_worker(self, run_id: int, started: queue.Queue[Job | OSError]) -> None:
+        """Start the worker and wait on it, in this one thread: the worker's parent-death signal is
+        tied to the thread that forked it, so that thread must outlive the worker."""
+        try:
+            job = self._spawn(run_id)
+        except OSError as exc:
+            started.put(exc)
+            return
+        started.put(job)
+        self._watch(job)
 
     def _spawn(self, run_id: int) -> Job:
         out = self.settings.data_dir / "runs" / str(run_id)
@@ -94,8 +138,7 @@ class JobManager:
         # the store URL goes through the environment: a PostgreSQL password must not show in `ps`
         env = {**os.environ, "AAH_DATABASE_URL": self.settings.db_url,
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-        cmd = [sys.executable, "-m", "backend.worker", "--run-id", str(run_id), "--data-dir", str(self.settings.data_dir)]
-        cmd += [arg for root in self.settings.path_roots[1:] for arg in ("--root", str(root))]
+        cmd = workers.worker_command(run_id, self.settings.data_dir, self.settings.path_roots[1:], os.getpid())
         with log_path.open("ab") as log:
             process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=env, cwd=str(REPO_ROOT), start_new_session=True)
@@ -108,7 +151,7 @@ class JobManager:
         code = job.process.wait()
         try:
             if job.cancelled.is_set():
-                status, error = "KILLED", "cancelled by the user"
+                status, error = "KILLED", workers.CANCELLED
             elif code < 0:
                 status, error = "KILLED", f"worker killed by signal {signal.Signals(-code).name}"
             else:
@@ -126,20 +169,24 @@ class JobManager:
             run = store.get_run(s, run_id)
             if run.read_only:
                 raise Conflict(f"run {run_id} is read-only (a reference experiment); it cannot be cancelled")
-            if run.status not in ("SCHEDULED", "RUNNING"):
-                raise Conflict(f"run {run_id} already ended ({run.status}); only SCHEDULED or RUNNING runs "
-                               "can be cancelled")
+            _check_active(run)
         job = self._jobs.get(run_id)
         if job is not None and not job.done.is_set():
             self._stop(job, wait_s)
+        else:  # not ours: a stray or dead worker is settled as what it is, never relabelled "cancelled"
+            self.reconcile([run_id])
+            with transaction(self.sessions) as s:
+                _check_active(store.get_run(s, run_id))  # another server's live job: it is not ours to stop
+            raise Conflict(f"run {run_id} belongs to another server's worker; cancel it there")
         with transaction(self.sessions) as s:
-            store.end_run(s, run_id, "KILLED", "cancelled by the user")
+            store.end_run(s, run_id, "KILLED", workers.CANCELLED)
             return store.get_run(s, run_id)
 
     def _stop(self, job: Job, wait_s: float) -> None:
-        """SIGTERM (the loop stops at the next step and checkpoints), SIGKILL after the grace period."""
+        """SIGINT (the loop stops at the next step, checkpoints and records the cancel), SIGKILL after
+        the grace period."""
         job.cancelled.set()
-        _signal(job.process, signal.SIGTERM)
+        _signal(job.process, signal.SIGINT)
         if job.done.wait(min(wait_s, self.settings.job_grace_s)):
             return
         remaining = max(0.0, self.settings.job_grace_s - wait_s)
@@ -149,6 +196,7 @@ class JobManager:
 
     def shutdown(self) -> None:
         """Stop every worker (the service is going away); their runs end KILLED."""
+        self._closing.set()
         with self._lock:
             jobs = [j for j in self._jobs.values() if not j.done.is_set()]
         for job in jobs:
@@ -159,7 +207,12 @@ class JobManager:
                 _signal(job.process, signal.SIGKILL)
                 job.done.wait(5.0)
             with transaction(self.sessions) as s:
-                store.end_run(s, job.run_id, "KILLED", "the service stopped while this run was active")
+                store.end_run(s, job.run_id, "KILLED", workers.SERVICE_STOPPED)
+
+
+def _check_active(run: RunPublic) -> None:
+    if run.status not in ("SCHEDULED", "RUNNING"):
+        raise Conflict(f"run {run.id} already ended ({run.status}); only SCHEDULED or RUNNING runs can be cancelled")
 
 
 def _signal(process: subprocess.Popen, sig: signal.Signals) -> None:
