@@ -28,7 +28,8 @@ from tests.frontend.stack import ROOT, api_command, free_port, wait_ready
 
 API = "/api/v1"
 LONG = {"train.max_steps": 100000, "train.eval_every": 1000}
-QUIET = {"AAH_SEED_DEMO": "false", "AAH_SEED_PAPER": "false", "AAH_SEED_SUITE": "false", "AAH_PRELOAD_MODELS": "false"}
+QUIET = {"AAH_SEED_DEMO": "false", "AAH_SEED_PAPER": "false", "AAH_SEED_SUITE": "false",
+         "AAH_PRELOAD_MODELS": "false"}
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
