@@ -69,15 +69,17 @@ def current_state(page: str) -> dict[str, Any]:
 
 
 def ensure_option(page: str, name: str, options: Sequence[Any], what: str = "not one of the choices",
-                  label: Callable[[Any], str] = str) -> None:
+                  label: Callable[[Any], str] = str, fallback: Any = None) -> None:
     """Make the bound value one of `options`; a value from the link that is not is reported
-    ("run=99999 (no such run; showing #11)") and falls back to the first option."""
+    ("run=99999 (no such run; showing #11)") and falls back to `fallback` (when it is an option) or
+    the first option."""
     k = key(page, name)
     value = st.session_state.get(k)
     bad = bool(options) and value not in options
-    link_ignored(page, name, [f"{name}={value} ({what}; showing {label(options[0])})"] if bad else [])
+    chosen = fallback if fallback in options else (options[0] if options else None)
+    link_ignored(page, name, [f"{name}={value} ({what}; showing {label(chosen)})"] if bad else [])
     if bad:
-        st.session_state[k] = options[0]
+        st.session_state[k] = chosen
 
 
 def keep_known(page: str, name: str, known: Sequence[Any], what: str) -> list:

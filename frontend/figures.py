@@ -26,14 +26,14 @@ COVERAGE_LABELS = {
     "tile_coverage": "tile_coverage (tiles touched)",
     "kv_bytes": "KV cache at context T (bytes, one sequence)",
 }
-_PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
 
 
 def coverage_label(metric: str) -> str:
     return COVERAGE_LABELS.get(metric, metric)
 
 
-def _layout(fig: go.Figure, title: str | None, height: int | None = None, left: int = 50, **kw) -> go.Figure:
+def layout(fig: go.Figure, title: str | None, height: int | None = None, left: int = 50, **kw) -> go.Figure:
     fig.update_layout(title=title, margin=dict(l=left, r=20, t=50 if title else 20, b=40),
                       uirevision="keep", height=height, **kw)
     return fig
@@ -100,7 +100,7 @@ def window_grid_figure(plan: Plan, *, changed: list[list[bool]] | None = None,
     if selected is not None:
         shapes.append(_cell_rect(selected[0], selected[1], color="#000000", width=4))
     fig.update_layout(shapes=shapes)
-    return _layout(fig, title, height=max(220, 60 * n_layer + 90))
+    return layout(fig, title, height=max(220, 60 * n_layer + 90))
 
 
 def window_diff_figure(a: Plan, b: Plan, changed: list[list[bool]], names: tuple[str, str] = ("A", "B")) -> go.Figure:
@@ -118,7 +118,7 @@ def window_diff_figure(a: Plan, b: Plan, changed: list[list[bool]], names: tuple
                 shapes += [_cell_rect(l, h, "x", "y"), _cell_rect(l, h, "x2", "y2")]
     fig.update_layout(shapes=shapes)
     n = sum(map(sum, changed))
-    return _layout(fig, f"window maps: {n} head(s) differ", height=max(260, 60 * n_layer + 120))
+    return layout(fig, f"window maps: {n} head(s) differ", height=max(260, 60 * n_layer + 120))
 
 
 def _as_matrix(rows: Sequence[Sequence[float | None]]) -> np.ndarray:
@@ -177,7 +177,7 @@ def attention_figure(weights: Sequence[Sequence[float | None]], tokens: Sequence
     fig.update_layout(shapes=shapes)
     _token_axes(fig, labels)
     wl = window_label(window)
-    return _layout(fig, title or f"attention (window {wl})", height=520, left=90)
+    return layout(fig, title or f"attention (window {wl})", height=520, left=90)
 
 
 def _token_axes(fig: go.Figure, labels: list[str]) -> None:
@@ -204,7 +204,7 @@ def attention_diff_figure(full: Sequence[Sequence[float | None]], windowed: Sequ
         hoverongaps=False, colorbar=dict(title="Δ weight"),
         hovertemplate="query %{y}, key %{x}<br>windowed - full %{z:.3f}<extra></extra>"))
     _token_axes(fig, labels)
-    return _layout(fig, "difference: windowed - full", height=520, left=90)
+    return layout(fig, "difference: windowed - full", height=520, left=90)
 
 
 def cut_mass_figure(cut_mass: Sequence[float], tokens: Sequence[str], *, pool: int = 1) -> go.Figure:
@@ -214,7 +214,7 @@ def cut_mass_figure(cut_mass: Sequence[float], tokens: Sequence[str], *, pool: i
                            marker_color="#e4572e", hovertemplate="%{customdata}: cut %{x:.3f}<extra></extra>"))
     fig.update_xaxes(title="mass cut off", range=[0, 1])
     fig.update_yaxes(title="query", autorange="reversed")
-    return _layout(fig, "attention mass cut off per query", height=520)
+    return layout(fig, "attention mass cut off per query", height=520)
 
 
 def _window_x(w: Window, seq_len: int) -> int:
@@ -240,7 +240,7 @@ def retained_mass_figure(buckets: Sequence[Window], mass: Sequence[float], windo
     fig.update_xaxes(title=f"window w (keys, log scale; the model's context is {seq_len})", type="log",
                      range=[0, math.log10(seq_len)])
     fig.update_yaxes(title="attention mass within w keys", range=[0, 1.02])
-    return _layout(fig, title or "retained mass vs window", height=360)
+    return layout(fig, title or "retained mass vs window", height=360)
 
 
 def sensitivity_figure(delta: Sequence[Sequence[Sequence[float]]], buckets: Sequence[Window], k: int) -> go.Figure:
@@ -253,7 +253,7 @@ def sensitivity_figure(delta: Sequence[Sequence[Sequence[float]]], buckets: Sequ
                                colorbar=dict(title="Δloss (nats)"),
                                hovertemplate="layer %{y}, head %{x}: Δloss %{z:.4f}<extra></extra>"))
     _grid_axes(fig, n_layer, n_head)
-    return _layout(fig, f"sensitivity: Δloss with one head at window {window_label(buckets[k])}",
+    return layout(fig, f"sensitivity: Δloss with one head at window {window_label(buckets[k])}",
                    height=max(240, 60 * n_layer + 100))
 
 
@@ -268,7 +268,7 @@ def token_delta_figure(tokens: Sequence[str], delta: Sequence[float | None]) -> 
                                hovertemplate="(%{x}) %{customdata}<br>Δloss %{z:.4f}<extra></extra>"))
     fig.update_yaxes(visible=False)
     fig.update_xaxes(title="token position in the evaluation text")
-    return _layout(fig, "per-token Δloss vs the model's own plan", height=170)
+    return layout(fig, "per-token Δloss vs the model's own plan", height=170)
 
 
 def loss_coverage_figure(metric: str, eval_set: str, curve: Sequence[dict] = (), live: dict | None = None,
@@ -289,7 +289,7 @@ def loss_coverage_figure(metric: str, eval_set: str, curve: Sequence[dict] = (),
     fig.update_xaxes(title=coverage_label(metric), range=None if metric == "kv_bytes" else [0, 1.05],
                      rangemode="tozero")
     fig.update_yaxes(title=f"loss on eval set {eval_set} (nats)")
-    return _layout(fig, f"loss vs {metric} · eval set {eval_set}", height=360)
+    return layout(fig, f"loss vs {metric} · eval set {eval_set}", height=360)
 
 
 def runs_coverage_figure(metric: str, runs: Sequence[dict]) -> go.Figure:
@@ -303,11 +303,11 @@ def runs_coverage_figure(metric: str, runs: Sequence[dict]) -> go.Figure:
         fig.add_trace(go.Scatter(x=[p["x"] for p in points], y=[p["y"] for p in points], mode="markers",
                                  name=f"{group} · val_loss (each run's validation set)",
                                  text=[p.get("name", "") for p in points],
-                                 marker=dict(color=_PALETTE[i % len(_PALETTE)], size=9),
+                                 marker=dict(color=PALETTE[i % len(PALETTE)], size=9),
                                  hovertemplate="%{text}<br>%{x:.3f}, %{y:.4f}<extra></extra>"))
     fig.update_xaxes(title=coverage_label(metric), range=[0, 1.05])
     fig.update_yaxes(title="val_loss (nats, the run's own validation set)")
-    return _layout(fig, f"stored runs: val_loss vs {metric}", height=360)
+    return layout(fig, f"stored runs: val_loss vs {metric}", height=360)
 
 
 def cost_summary(result: dict) -> str:
@@ -324,13 +324,13 @@ def cache_growth_figure(series: dict[str, tuple[Sequence[int], Sequence[int]]],
     fig = go.Figure()
     for i, (name, (positions, sizes)) in enumerate(series.items()):
         fig.add_trace(go.Scatter(x=list(positions), y=list(sizes), mode="lines", name=name,
-                                 line=dict(color=_PALETTE[i % len(_PALETTE)])))
+                                 line=dict(color=PALETTE[i % len(PALETTE)])))
     if full is not None:
         fig.add_trace(go.Scatter(x=list(full[0]), y=list(full[1]), mode="lines", name="full plan",
                                  line=dict(color="#9e9e9e", dash="dash")))
     fig.update_xaxes(title="context (tokens cached when each new token is predicted)")
     fig.update_yaxes(title="KV cache (bytes)", rangemode="tozero")
-    return _layout(fig, "KV cache as the continuation grows", height=300)
+    return layout(fig, "KV cache as the continuation grows", height=300)
 
 
 def ema(values: Sequence[float | None], smoothing: float) -> list[float | None]:
@@ -361,7 +361,7 @@ def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float |
     of the same colour, named as such; sparse ones (eval series) are never smoothed."""
     fig = go.Figure()
     for i, (name, (steps, values)) in enumerate(series.items()):
-        color = _PALETTE[i % len(_PALETTE)]
+        color = PALETTE[i % len(PALETTE)]
         dense = len(steps) >= DENSE_POINTS
         smooth = dense and smoothing > 0
         fig.add_trace(go.Scatter(x=list(steps), y=list(values), name=name, legendgroup=name,
@@ -374,7 +374,7 @@ def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float |
                                      connectgaps=True, hovertemplate="%{y:.4g} (smoothed)<extra></extra>"))
     fig.update_xaxes(title="step")
     fig.update_yaxes(title=y_title, range=list(y_range) if y_range else None)
-    return _layout(fig, title, height=360)
+    return layout(fig, title, height=360)
 
 
 def _bucket_sort_key(label: str) -> float:
@@ -390,4 +390,4 @@ def window_fraction_figure(series: dict[str, tuple[Sequence[int], Sequence[float
                                  name=f"window {label}", line=dict(width=0.5)))
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="share of heads", range=[0, 1])
-    return _layout(fig, "window fractions over training", height=340)
+    return layout(fig, "window fractions over training", height=340)

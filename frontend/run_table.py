@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+import pandas as pd
+
 
 def parse_overrides(text: str) -> dict[str, Any]:
     """`key=value` lines (or one JSON object) -> overrides for POST /runs. Values are read as JSON
@@ -62,3 +64,27 @@ def filter_runs(runs: list[dict], query: str = "", max_loss: float | None = None
             continue
         out.append(r)
     return out
+
+
+IDENTITY = ("source", "experiment", "group", "seed", "preset", "status", "tags", "description", "data_hash", "git_rev")
+
+
+def identity_items(run: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(field, text) for the identity fields a run has (tags joined)."""
+    out = []
+    for k in IDENTITY:
+        v = run.get(k)
+        if v not in (None, "", []):
+            out.append((k, ", ".join(v) if isinstance(v, list) else str(v)))
+    return out
+
+
+def params_frame(run: Mapping[str, Any]) -> pd.DataFrame:
+    """Every param of a run, sorted by key: the full resolved config for runs trained by the engine."""
+    params = run.get("params") or {}
+    return pd.DataFrame({"param": sorted(params), "value": [params[k] for k in sorted(params)]})
+
+
+def parse_tags(text: str) -> list[str]:
+    """"a, b ,, a" -> ["a", "b"]: comma-separated, trimmed, empties and repeats dropped (the API checks the rest)."""
+    return list(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))

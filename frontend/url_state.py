@@ -14,11 +14,13 @@ PAGE_STATE: dict[str, dict[str, tuple[str, Any]]] = {
     "attention": {"model": ("str", ""), "text": ("str", ""), "layer": ("int", 0), "head": ("int", 0),
                   "window": ("str", "own"), "bucket": ("int", 0)},
     "runs": {"experiment": ("str", ""), "preset": ("str", ""), "status": ("str", ""), "q": ("str", ""),
-             "allparams": ("bool", False), "paper": ("bool", True)},
+             "allparams": ("bool", False), "paper": ("bool", True), "source": ("str", ""), "group": ("str", ""),
+             "tag": ("str", ""), "bygroup": ("bool", False), "metric": ("str", "val_loss")},
     "acr": {"run": ("int", 0), "keys": ("strs", ["val_loss", "train_loss"]), "smooth": ("float", 0.6),
-            "step": ("int", -1)},
+            "step": ("int", -1), "band": ("str", "")},
     "compare": {"runs": ("ints", []), "keys": ("strs", ["val_loss"]), "agg": ("str", "last"),
-                "step": ("int", 0), "paper": ("bool", False), "smooth": ("float", 0.6)},
+                "step": ("int", 0), "paper": ("bool", False), "smooth": ("float", 0.6), "mode": ("str", "runs"),
+                "groups": ("strs", []), "band": ("str", "std"), "suite": ("str", ""), "rkey": ("str", "val_loss")},
     "present": {"deck": ("ints", []), "slide": ("int", 0), "mode": ("str", "")},
 }
 

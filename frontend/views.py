@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 
 from aah_client.client import OWN_WINDOW
 from frontend import api, figures as F
+from frontend import group_views as GV
 from frontend import plans as P
 from frontend import run_table as R
 from frontend import url_state as U
@@ -232,6 +233,10 @@ def window_diff(a: int, b: int) -> tuple[go.Figure, int]:
 
 
 def compare_section(state: dict) -> Section:
+    if state.get("mode") == "reproduction":
+        return GV.reproduction_section(state["suite"], state["rkey"])
+    if state.get("mode") == "groups":
+        return GV.groups_section(state["groups"], state["keys"], state["band"])
     data = compare_data(state)
     figs = compare_figures(data, data["keys"], state["smooth"])
     if len(state["runs"]) >= 2:
@@ -258,7 +263,8 @@ def runs_frame(runs: list[dict], all_params: bool) -> pd.DataFrame:
     for r in runs:
         s, p, prog = r.get("summary") or {}, r.get("params") or {}, r.get("progress")
         rows.append({"id": r["id"], "name": r["name"], "status": r["status"], "preset": r.get("preset"),
-                     "experiment": r.get("experiment"),
+                     "experiment": r.get("experiment"), "source": r.get("source"), "group": r.get("group"),
+                     "seed": r.get("seed"), "tags": ", ".join(r.get("tags") or []),
                      "progress": f"{prog['step']}/{prog['total_steps']}" if prog else "",
                      "val_loss": s.get("val_loss"), "acr": s.get("acr"),
                      "causal_coverage": s.get("causal_coverage"),
@@ -268,7 +274,8 @@ def runs_frame(runs: list[dict], all_params: bool) -> pd.DataFrame:
 
 def runs_section(state: dict) -> Section:
     runs = api.call("runs", experiment=state["experiment"] or None, preset=state["preset"] or None,
-                    status=state["status"] or None, limit=500)
+                    status=state["status"] or None, source=state["source"] or None, group=state["group"] or None,
+                    tag=state["tag"] or None, limit=500)
     df = runs_frame(R.filter_runs(runs, state["q"]), state["allparams"])
     table = go.Figure(go.Table(header=dict(values=list(df.columns)),
                                cells=dict(values=[df[c].astype(str).tolist() for c in df.columns])))

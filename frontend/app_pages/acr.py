@@ -4,6 +4,9 @@ window fractions, and the window map at any step."""
 import streamlit as st
 
 from frontend import api, components as C, figures as F, jobs, views
+from frontend import group_figures as GF
+from frontend import group_views as GV
+from frontend import groups as G
 from frontend import plans as P
 
 PAGE = "acr"
@@ -16,7 +19,8 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
         C.placeholder("No runs in the store yet. Launch one on the Runs page.")
         st.stop()
     labels = {r["id"]: f"#{r['id']} {r['name']} ({r['status']})" for r in runs}
-    C.ensure_option(PAGE, "run", list(labels), "no such run", lambda i: f"run #{i}")
+    # no run in the link: the newest finished run whose windows change during training
+    C.ensure_option(PAGE, "run", list(labels), "no such run", lambda i: f"run #{i}", fallback=G.default_run(runs))
     c1, c2, c3 = st.columns([2, 3, 1])
     run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=C.key(PAGE, "run"))
     metrics = api.call("run_metrics", run_id, max_points=views.CURVE_POINTS)["series"]
@@ -34,6 +38,12 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
 
 drawn_status = next((r["status"] for r in runs if r["id"] == run_id), None)  # as the run picker says it
 live = drawn_status in jobs.ACTIVE
+group = next((r.get("group") for r in runs if r["id"] == run_id), None)
+if group:
+    C.ensure_option(PAGE, "band", ["", *GF.BANDS])
+    st.selectbox(f"Group {group}: draw the group's seeds as", ["", *GF.BANDS], key=C.key(PAGE, "band"),
+                 format_func=lambda b: GF.BANDS.get(b, "off (this run only)"),
+                 help="the mean over the group's runs at each step with a ±1 std or min–max band; this run dotted")
 
 
 @st.fragment(run_every=3.0 if live else None)
@@ -51,6 +61,14 @@ def curves(step_range: tuple[int | None, int | None]) -> None:
             C.placeholder("This run has no metrics yet; curves appear as training writes them.")
         if "metrics" in figs:
             C.show_figure(figs["metrics"], "acr._metrics")
+        if group and state["band"]:
+            keys = state["keys"] or ["val_loss"]
+            own = views.split_series(api.call("run_metrics", run_id, keys=keys, max_points=views.CURVE_POINTS)["series"])
+            fig = GV.run_group_figure(run, keys, state["band"], own)
+            if fig is None:
+                C.placeholder(f"Group {group} has no other run with these metrics.")
+            else:
+                C.show_figure(fig, "acr._group")
         left, right = st.columns(2)
         with left:
             if "coverage" in figs:

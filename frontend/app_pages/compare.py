@@ -5,11 +5,26 @@ import streamlit as st
 
 from frontend import api, components as C, views
 from frontend import comparable as K
+from frontend import group_panels
 
 PAGE = "compare"
 AGGS = ["last", "min", "max", "at_step"]
+MODES = {"runs": "Runs", "groups": "Groups of seeds (mean and band)", "reproduction": "Reproduction vs the paper"}
 st.title("Compare runs")
 state = C.bind_state(PAGE)
+C.ensure_option(PAGE, "mode", list(MODES))
+mode = st.radio("Compare", list(MODES), format_func=MODES.get, key=C.key(PAGE, "mode"), horizontal=True)
+
+if mode != "runs":
+    with api.guard("loading groups", stop=True), st.spinner("Loading groups..."):
+        if mode == "groups":
+            group_panels.groups_panel(PAGE, api.call("runs", limit=1000))
+        else:
+            group_panels.reproduction_panel(PAGE)
+    state = C.current_state(PAGE)
+    C.publish(PAGE, state)
+    C.share_bar(PAGE, state, lambda: views.compare_section(state))
+    st.stop()
 
 with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     c0 = st.columns([1, 5])[0]

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from frontend import api, components as C, jobs, views
+from frontend import groups as G
 from frontend import run_table as R
 
 PAGE = "runs"
@@ -10,6 +11,7 @@ STATUSES = ["", "SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"]
 st.title("Runs")
 state = C.bind_state(PAGE)
 
+SOURCES = ["", "job", "tracked", "imported", "suite", "paper"]
 c1, c2, c3, c4 = st.columns([2, 1, 1, 2])
 c1.text_input("Experiment", key=C.key(PAGE, "experiment"), placeholder="all experiments")
 C.ensure_option(PAGE, "status", STATUSES)
@@ -17,26 +19,74 @@ c2.selectbox("Status", STATUSES, key=C.key(PAGE, "status"), format_func=lambda s
 c3.text_input("Preset", key=C.key(PAGE, "preset"), placeholder="any")
 c4.text_input("Search name / preset / id", key=C.key(PAGE, "q"))
 c1, c2, c3, c4 = st.columns([1, 1, 1, 2])
+C.ensure_option(PAGE, "source", SOURCES)
+c1.selectbox("Source", SOURCES, key=C.key(PAGE, "source"), format_func=lambda s: s or "any",
+             help="job: trained here · tracked: reported from elsewhere · imported: aah import · suite: the "
+                  "reproduction suite · paper: the paper's reported numbers")
+c2.text_input("Group", key=C.key(PAGE, "group"), placeholder="any", help="e.g. a suite row: full_adaptive")
+c3.text_input("Tag", key=C.key(PAGE, "tag"), placeholder="any")
+max_loss = c4.number_input("Max val_loss", 0.0, 100.0, 0.0, 0.1, key="runs._maxloss", help="0 = no limit")
+c1, c2, c3, c4 = st.columns([1, 1, 1, 2])
 c1.toggle("All params", key=C.key(PAGE, "allparams"), help="off: only params that differ between the listed runs")
 c2.toggle("Paper reference", key=C.key(PAGE, "paper"), help="the paper's reported Table 1/2 figures (read-only)")
-max_loss = c3.number_input("Max val_loss", 0.0, 100.0, 0.0, 0.1, key="runs._maxloss", help="0 = no limit")
+c3.toggle("Group seeds", key=C.key(PAGE, "bygroup"), help="one row per group: mean ± std of a metric over its runs")
 cov = c4.slider("causal_coverage range", 0.0, 1.0, (0.0, 1.0), 0.01, key="runs._cov")
 state = C.current_state(PAGE)
 C.publish(PAGE, state)
-baseline: dict[int, str] = {}
+filters = {"experiment": state["experiment"] or None, "preset": state["preset"] or None,
+           "status": state["status"] or None, "source": state["source"] or None, "group": state["group"] or None,
+           "tag": state["tag"] or None}
 
-with api.guard("loading runs"), st.spinner("Loading runs..."):
-    baseline = jobs.snapshot()  # before the table reads the runs: see jobs.snapshot
-    runs = api.call("runs", experiment=state["experiment"] or None, preset=state["preset"] or None,
-                    status=state["status"] or None, limit=500)
+
+def load_runs() -> list[dict]:
+    runs = api.call("runs", limit=500, **filters)
     if not state["paper"]:
         runs = [r for r in runs if not r.get("read_only")]
-    runs = R.filter_runs(runs, state["q"], max_loss or None, cov)
-    if runs:
+    return R.filter_runs(runs, state["q"], max_loss or None, cov)
+
+
+def grouped_table(runs: list[dict]) -> None:
+    keys = sorted({k for r in runs for k in (r.get("summary") or {})}) or ["val_loss"]
+    C.ensure_option(PAGE, "metric", keys)
+    metric = st.selectbox("Metric (mean ± std over each group's runs)", keys, key=C.key(PAGE, "metric"))
+    groups = api.call("run_groups", keys=[metric], experiment=filters["experiment"], group=filters["group"],
+                      source=filters["source"], tag=filters["tag"])
+    shown = {r["id"] for r in runs}
+    groups = [g for g in groups if set(g["run_ids"]) & shown]
+    if not groups:
+        C.placeholder("None of these runs carries a group. Turn off “Group seeds” to list them.")
+        return
+    st.dataframe(G.groups_frame(groups, metric), hide_index=True, key="runs._groups",
+                 column_config={f"{metric} mean": st.column_config.NumberColumn(format="%.4f"),
+                                f"{metric} std": st.column_config.NumberColumn(format="%.4f")})
+    st.caption("mean ± sample std (ddof 1) of each run's last value; n = runs with a finite value. Draw a group's "
+               "curves with a band on Compare → Groups of seeds.")
+
+
+baseline: dict[int, str] = {}
+with api.guard("loading runs"):
+    baseline = jobs.snapshot()  # before the table reads the runs: see jobs.snapshot
+live_jobs = bool(baseline)
+
+
+@st.fragment(run_every=3.0 if live_jobs else None)
+def runs_table() -> None:
+    """The table; while jobs run it refreshes every 3 s (progress and metrics move; a job that starts or
+    ends redraws the whole page through jobs.watch)."""
+    with api.guard("loading runs"):
+        runs = load_runs()
+        if not runs:
+            C.placeholder("No runs match these filters. Launch one below, or clear the filters.")
+            return
+        if state["bygroup"]:
+            grouped_table(runs)
+            return
         st.dataframe(views.runs_frame(runs, state["allparams"]), hide_index=True, key="runs._table",
                      column_config={"val_loss": st.column_config.NumberColumn(format="%.4f"),
                                     "acr": st.column_config.NumberColumn(format="%.3f"),
                                     "causal_coverage": st.column_config.NumberColumn(format="%.3f")})
+        if live_jobs:
+            st.caption("Refreshing every 3 s while jobs run.")
         labels = {r["id"]: f"#{r['id']} {r['name']}" for r in runs}
         chosen = st.multiselect("Selected runs", list(labels), format_func=labels.get, key="runs._chosen")
         if chosen:
@@ -44,8 +94,31 @@ with api.guard("loading runs"), st.spinner("Loading runs..."):
             if len(chosen) > 1:
                 links.append(f"[compare {len(chosen)} runs](compare?runs={','.join(map(str, chosen))})")
             st.markdown(" · ".join(links))
-    else:
-        C.placeholder("No runs match these filters. Launch one below, or clear the filters.")
+            run_details(next(r for r in runs if r["id"] == chosen[-1]))
+
+
+def run_details(run: dict) -> None:
+    """The last selected run: identity, every param, and its editable description, notes and tags."""
+    with st.expander(f"Run #{run['id']} {run['name']}: identity, all {len(run.get('params') or {})} params, notes",
+                     expanded=True):
+        st.markdown(" · ".join(f"**{k}** {v}" for k, v in R.identity_items(run)))
+        st.dataframe(R.params_frame(run), hide_index=True, key=f"runs._params.{run['id']}")
+        with st.form(f"runs._edit.{run['id']}"):
+            desc = st.text_input("Description", run.get("description") or "", disabled=run.get("read_only"))
+            notes = st.text_area("Notes", run.get("notes") or "", disabled=run.get("read_only"))
+            tags = st.text_input("Tags (comma-separated)", ", ".join(run.get("tags") or []),
+                                 disabled=run.get("read_only"))
+            saved = st.form_submit_button("Save", disabled=run.get("read_only"))
+        if run.get("read_only"):
+            st.caption("The paper's reported numbers are read-only.")
+        if saved:
+            with api.guard("saving the run's notes"):
+                api.call("update_run", run["id"], description=desc.strip() or None, notes=notes.strip() or None,
+                         tags=R.parse_tags(tags))
+                st.success(f"Saved run #{run['id']}.")
+
+
+runs_table()
 
 with st.expander("Launch a training run", expanded=False), api.guard("launching the run"):
     presets = api.cached("presets")

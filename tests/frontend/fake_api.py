@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 
 from aah_client import ApiError
 from aah_core.cost import ModelShape, plan_cost
@@ -49,17 +50,23 @@ class FakeApi:
         self.views_store: list[dict] = []
         shape = {"model.n_layer": str(N_LAYER), "model.n_head": str(N_HEAD), "model.d_model": "64",
                  "model.seq_len": str(T)}
-        self.runs_store = [self._run(1, "aah-demo", "FINISHED", {"lr": "0.001", "seed": "0", **shape}, 2.3, 0.4),
-                           self._run(2, "uniform-16", "RUNNING", {"lr": "0.001", "seed": "1", **shape}, 2.5, 0.5),
-                           self._run(3, "paper AAH-v3", "FINISHED", {"lr": "0.0006", "seed": "0"}, 3.1, 0.3,
-                                     experiment="paper (reported)", read_only=True)]
+        suite = {"controller.mode": "aah", "suite.scale": "mini", "train.max_steps": "400"}
+        self.runs_store = [self._run(1, "aah-demo", "FINISHED", {"lr": "0.001", "seed": "0", **shape, **suite}, 2.3, 0.4,
+                                     source="suite", group="full_adaptive", seed=0),
+                           self._run(2, "uniform-16", "RUNNING", {"lr": "0.001", "seed": "1", **shape, **suite}, 2.5, 0.5,
+                                     source="suite", group="full_adaptive", seed=1),
+                           self._run(3, "paper AAH-v3", "FINISHED", {"lr": "0.0006", "seed": "0", "table": "Table 1 (x)"},
+                                     3.1, 0.3, experiment="paper (reported)", read_only=True, source="paper",
+                                     group="full_adaptive", seed=0)]
 
-    def _run(self, i, name, status, params, loss, cov, experiment="demo", read_only=False):
+    def _run(self, i, name, status, params, loss, cov, experiment="demo", read_only=False, source="job", group=None,
+             seed=None):
         return {"id": i, "name": name, "experiment": experiment, "status": status, "preset": "demo",
                 "params": params, "summary": {"val_loss": loss, "causal_coverage": cov, "acr": None if cov is None else cov + 0.1},
                 "created_at": "2026-01-01T00:00:00", "started_at": None, "ended_at": None,
                 "progress": {"step": 10, "total_steps": 50} if status == "RUNNING" else None,
-                "error": None, "read_only": read_only, "checkpoint": None, "data_hash": None, "git_rev": None}
+                "error": None, "read_only": read_only, "checkpoint": None, "data_hash": None, "git_rev": None,
+                "source": source, "group": group, "seed": seed, "description": None, "notes": None, "tags": []}
 
     def _rec(self, _method, *args, **kwargs):
         self.calls.append((_method, args, kwargs))
@@ -148,10 +155,54 @@ class FakeApi:
                 "cache_bytes": [_cost(plan, c)["kv_bytes"] for c in contexts],
                 "kv_bytes_full": _cost(plan, contexts[-1])["kv_bytes_full"], "elapsed_ms": 5.0}
 
-    def runs(self, experiment=None, preset=None, status=None, limit=100, offset=0):
-        self._rec("runs", experiment=experiment, preset=preset, status=status, limit=limit)
+    def runs(self, experiment=None, preset=None, status=None, limit=100, offset=0, source=None, group=None, tag=None):
+        self._rec("runs", experiment=experiment, preset=preset, status=status, limit=limit,
+                  **{k: v for k, v in (("source", source), ("group", group), ("tag", tag)) if v})
         return [r for r in self.runs_store if (not experiment or r["experiment"] == experiment)
-                and (not status or r["status"] == status)]
+                and (not status or r["status"] == status) and (not source or r["source"] == source)
+                and (not group or r["group"] == group) and (not tag or tag in r["tags"])][:limit]
+
+    def update_run(self, run_id, **fields):
+        self._rec("update_run", run_id, **fields)
+        run = self.run(run_id)
+        run.update(fields)
+        return run
+
+    def _groups(self, experiment=None, group=None, source=None, tag=None):
+        out = {}
+        for r in self.runs(experiment=experiment, source=source, group=group, tag=tag, limit=1000):
+            if r["group"]:
+                out.setdefault((r["experiment"], r["group"]), []).append(r)
+        return out
+
+    def run_groups(self, keys=None, agg="last", experiment=None, group=None, source=None, tag=None):
+        self._rec("run_groups", keys=keys, agg=agg, experiment=experiment, group=group, source=source, tag=tag)
+        out = []
+        for (exp, grp), runs in self._groups(experiment, group, source, tag).items():
+            stats = {}
+            for k in keys or ["val_loss", "acr", "causal_coverage"]:
+                xs = [r["summary"][k] for r in runs if r["summary"].get(k) is not None]
+                stats[k] = {"n": len(xs), "mean": statistics.fmean(xs), "min": min(xs), "max": max(xs),
+                            "std": statistics.stdev(xs) if len(xs) > 1 else None} if xs else None
+            out.append({"experiment": exp, "group": grp, "run_ids": [r["id"] for r in runs],
+                        "seeds": [r["seed"] for r in runs], "sources": sorted({r["source"] for r in runs}),
+                        "stats": stats})
+        return out
+
+    def group_series(self, experiment, group, keys=None, max_points=None):
+        self._rec("group_series", experiment, group, keys=keys, max_points=max_points)
+        runs = self._groups(experiment, group)[(experiment, group)]
+        series = {}
+        for k in keys or ["val_loss"]:
+            base = self.run_metrics(runs[0]["id"])["series"][k]  # run j: the same curve times 1 + j/10
+            idx = [i for i, v in enumerate(base["value"]) if v is not None]
+            cols = [[base["value"][i] * (1 + 0.1 * j) for j in range(len(runs))] for i in idx]
+            series[k] = {"step": [base["step"][i] for i in idx], "mean": [statistics.fmean(c) for c in cols],
+                         "std": [statistics.stdev(c) if len(c) > 1 else None for c in cols],
+                         "min": [min(c) for c in cols], "max": [max(c) for c in cols], "n": [len(c) for c in cols],
+                         "run_ids": [r["id"] for r in runs], "steps_dropped": 0}
+        return {"experiment": experiment, "group": group, "run_ids": [r["id"] for r in runs],
+                "seeds": [r["seed"] for r in runs], "series": series}
 
     def run(self, run_id):
         self._rec("run", run_id)

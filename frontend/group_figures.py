@@ -1,0 +1,86 @@
+"""Pure Plotly builders for groups of seeds: a group's curve as its mean with a shaded band (±1 sample
+std, or min–max), and the reproduction view (our rows with error bars beside the paper's reported rows)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from frontend.figures import PALETTE, layout
+
+BANDS = {"std": "mean ± 1 std", "minmax": "mean, min–max"}
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def band_edges(curve: Mapping[str, Sequence[Any]], band: str) -> tuple[list, list]:
+    """(lower, upper) of the band at each step; a step without a std (one run) has no band (None)."""
+    if band == "minmax":
+        return list(curve["min"]), list(curve["max"])
+    lo, hi = [], []
+    for mean, std in zip(curve["mean"], curve["std"]):
+        ok = mean is not None and std is not None
+        lo.append(mean - std if ok else None)
+        hi.append(mean + std if ok else None)
+    return lo, hi
+
+
+def group_band_figure(curves: Mapping[str, Mapping[str, Sequence[Any]]], band: str = "std", *,
+                      title: str | None = None, y_title: str = "value",
+                      overlay: Mapping[str, tuple[Sequence[int], Sequence[float | None]]] | None = None,
+                      y_range: tuple[float, float] | None = None) -> go.Figure:
+    """Each group's mean (line) with its band shaded (`band`: "std" or "minmax"), named with the number
+    of runs; `overlay` adds single runs as thin dashed lines (e.g. the run whose group this is)."""
+    if band not in BANDS:
+        raise ValueError(f"band must be one of {sorted(BANDS)}; got {band!r}")
+    fig = go.Figure()
+    for i, (name, curve) in enumerate(curves.items()):
+        color = PALETTE[i % len(PALETTE)]
+        steps = list(curve["step"])
+        lo, hi = band_edges(curve, band)
+        n = max(curve.get("n") or [0])
+        label = f"{name} ({BANDS[band]}, n={n})"
+        fig.add_trace(go.Scatter(x=steps, y=hi, mode="lines", line=dict(width=0), showlegend=False,
+                                 legendgroup=name, hoverinfo="skip", connectgaps=False))
+        fig.add_trace(go.Scatter(x=steps, y=lo, mode="lines", line=dict(width=0), fill="tonexty",
+                                 fillcolor=_rgba(color, 0.22), name=f"{name} band", legendgroup=name,
+                                 showlegend=False, hoverinfo="skip", connectgaps=False))
+        fig.add_trace(go.Scatter(x=steps, y=list(curve["mean"]), mode="lines", name=label, legendgroup=name,
+                                 line=dict(color=color, width=2.5), customdata=list(curve.get("n") or []),
+                                 hovertemplate="step %{x}: mean %{y:.4g} over %{customdata} runs<extra></extra>"))
+    for j, (name, (steps, values)) in enumerate((overlay or {}).items()):
+        fig.add_trace(go.Scatter(x=list(steps), y=list(values), mode="lines", name=name, connectgaps=True,
+                                 line=dict(color="#333333", width=1, dash="dot")))
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title=y_title, range=list(y_range) if y_range else None)
+    return layout(fig, title, height=380)
+
+
+def reproduction_figure(ours: Sequence[Mapping[str, Any]], paper: Sequence[Mapping[str, Any]], *, y_title: str,
+                        ours_label: str, paper_label: str, ratio: bool = False) -> go.Figure:
+    """Two panels with the same rows on x: ours (mean ± 1 sample std over seeds, as error bars) and the
+    paper's (one seed: a point, no error bar). Separate y axes: the two scales' losses are not comparable;
+    ratios (`ratio`, e.g. acr) share the 0..1 range."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(ours_label, paper_label), horizontal_spacing=0.12)
+    fig.add_trace(go.Scatter(
+        x=[r["row"] for r in ours], y=[r["mean"] for r in ours], mode="markers", name="ours (mean ± std)",
+        marker=dict(color=PALETTE[0], size=10),
+        error_y=dict(type="data", array=[r["std"] or 0.0 for r in ours], visible=True, thickness=1.5, width=6),
+        customdata=[[r["n"], r["std"]] for r in ours],
+        hovertemplate="%{x}: %{y:.4f} ± %{customdata[1]:.4f} over %{customdata[0]} seeds<extra>ours</extra>"),
+        row=1, col=1)
+    fig.add_trace(go.Scatter(
+        x=[r["row"] for r in paper], y=[r["mean"] for r in paper], mode="markers", name="paper (1 seed)",
+        marker=dict(color=PALETTE[1], size=10, symbol="diamond"),
+        hovertemplate="%{x}: %{y:.4f} (reported, one seed)<extra>paper</extra>"), row=1, col=2)
+    for col in (1, 2):
+        fig.update_yaxes(title_text=y_title if col == 1 else None, row=1, col=col,
+                         range=[0, 1.05] if ratio else None)
+        fig.update_xaxes(tickangle=-30, row=1, col=col)
+    return layout(fig, None, height=420)
