@@ -13,17 +13,24 @@ Usage from a notebook::
 Errors: an HTTP error response raises `ApiError(status, detail)` carrying the server's `detail`;
 a server that cannot be reached (refused connection, DNS failure, timeout) raises `ServiceUnavailable`,
 a subclass of `ApiError` with `status=None`, so callers may catch `ApiError` alone.
+
+A busy server (429: its queue of heavy jobs is full) says when to ask again (`Retry-After`). The
+client then waits that long (at most `BUSY_WAIT_MAX_S`) and retries, `busy_retries` times, before it
+raises `ServerBusy` (an `ApiError` with status 429 and `retry_after`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+import time
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 import httpx
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
 Window = int | None
 Plan = list[list[Window]]
 """A window plan: one list per layer, one entry per head; `None` means full causal attention."""
@@ -34,6 +41,8 @@ Json = dict[str, Any]
 EvalSet = Literal["mixed", "text", "english", "copy"]
 Agg = Literal["last", "min", "max", "at_step"]
 API_PREFIX = "/api/v1"
+BUSY_RETRIES = 3
+BUSY_WAIT_MAX_S = 10.0
 
 
 class ApiError(Exception):
@@ -50,6 +59,38 @@ class ServiceUnavailable(ApiError):
 
     def __init__(self, detail: str) -> None:
         super().__init__(None, detail)
+
+
+class ServerBusy(ApiError):
+    """429: the server has too many heavy jobs running or queued; ask again after `retry_after` seconds."""
+
+    def __init__(self, detail: str, retry_after: float) -> None:
+        super().__init__(429, detail)
+        self.retry_after = retry_after
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """The `Retry-After` header in seconds (1 when missing or given as a date)."""
+    value = response.headers.get("retry-after", "")
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return 1.0
+
+
+def retry_when_busy(request: Callable[[], T], retries: int, wait: Callable[[float, int], None],
+                    max_wait: float = BUSY_WAIT_MAX_S) -> T:
+    """``request()``, asked again up to ``retries`` times while it raises ServerBusy; before each retry
+    ``wait(seconds, attempt)`` is called with the server's Retry-After (at most ``max_wait``)."""
+    attempt = 0
+    while True:
+        try:
+            return request()
+        except ServerBusy as exc:
+            if attempt >= retries:
+                raise
+            attempt += 1
+            wait(min(exc.retry_after, max_wait), attempt)
 
 
 def _detail(response: httpx.Response) -> str:
@@ -84,6 +125,8 @@ class ApiClient:
         token: sent as ``Authorization: Bearer <token>`` when given (needed for POST/DELETE when the
             server sets ``AAH_API_TOKEN``).
         timeout: seconds per request.
+        busy_retries: how often a 429 (server busy) is retried after its `Retry-After` before
+            `ServerBusy` is raised (0: raise at once, for callers that retry themselves).
         transport: an httpx transport, for tests (``httpx.MockTransport``).
     """
 
@@ -92,9 +135,11 @@ class ApiClient:
         base_url: str,
         token: str | None = None,
         timeout: float = 30.0,
+        busy_retries: int = BUSY_RETRIES,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.busy_retries = busy_retries
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(
             base_url=self.base_url + API_PREFIX, headers=headers, timeout=timeout, transport=transport
@@ -114,12 +159,23 @@ class ApiClient:
 
     # -- transport ---------------------------------------------------------------------------------
     def _request(self, method: str, path: str, *, params: dict | None = None, json: Any = None) -> Any:
+        def wait(seconds: float, attempt: int) -> None:
+            logger.info("API busy on %s %s; retry %d/%d in %.0f s", method, path, attempt, self.busy_retries,
+                        seconds)
+            time.sleep(seconds)
+
+        return retry_when_busy(lambda: self._request_once(method, path, params=params, json=json),
+                               self.busy_retries, wait)
+
+    def _request_once(self, method: str, path: str, *, params: dict | None, json: Any) -> Any:
         try:
             response = self._http.request(method, path, params=_clean(params or {}), json=json)
         except httpx.TimeoutException as exc:
             raise ServiceUnavailable(f"the API at {self.base_url} timed out ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
             raise ServiceUnavailable(f"cannot reach the API at {self.base_url}: {exc}") from exc
+        if response.status_code == 429:
+            raise ServerBusy(_detail(response), _retry_after(response))
         if response.is_error:
             raise ApiError(response.status_code, _detail(response))
         if response.status_code == 204 or not response.content:

@@ -21,6 +21,7 @@ from backend.reference import seed_paper_reference
 from backend.routers import groups, health, models, presets, runs, views, windows
 from backend.seed import seed_demo
 from backend.services.cache import LruCache
+from backend.services.executor import BoundedExecutor
 from backend.services.jobs import JobManager
 from backend.services.registry import Registry
 from backend.settings import Settings
@@ -56,6 +57,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.sessions = sessions
     app.state.registry = Registry(settings, sessions)
     app.state.metrics_cache = LruCache(METRICS_CACHE_ITEMS)
+    app.state.heavy = BoundedExecutor("heavy", settings.heavy_workers, settings.heavy_queue)
+    app.state.reads = BoundedExecutor("read", settings.read_workers, settings.read_queue)
     if settings.preload_models:
         app.state.registry.preload()
     logger.info("AAH Studio API %s ready (data dir %s)", __version__, settings.data_dir)
@@ -63,6 +66,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         app.state.jobs.shutdown()
+        app.state.heavy.shutdown()
+        app.state.reads.shutdown()
         app.state.registry.close()
         engine.dispose()
 

@@ -1,4 +1,9 @@
-"""Dependencies: the session, settings, services and the token check, as Annotated aliases."""
+"""Dependencies: the session, settings, services and the token check, as Annotated aliases.
+
+Only ``get_session`` touches the database; it is a plain generator, so FastAPI runs it in its
+thread pool. The others only read ``app.state`` and are ``async`` so that they cost no thread hop
+(every request passes ``require_token``, and ``/health`` must not queue for a thread behind it).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from sqlalchemy.orm import Session
 from backend.db import transaction
 from backend.errors import Unauthorized
 from backend.services.cache import LruCache
+from backend.services.executor import BoundedExecutor
 from backend.settings import Settings
 
 if TYPE_CHECKING:
@@ -19,7 +25,7 @@ if TYPE_CHECKING:
     from backend.services.registry import Registry
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -29,22 +35,30 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def get_registry(request: Request) -> Registry:
+async def get_registry(request: Request) -> Registry:
     return request.app.state.registry
 
 
-def get_jobs(request: Request) -> JobManager:
+async def get_jobs(request: Request) -> JobManager:
     return request.app.state.jobs
 
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
-def get_metrics_cache(request: Request) -> LruCache:
+async def get_metrics_cache(request: Request) -> LruCache:
     return request.app.state.metrics_cache
 
 
-def require_token(request: Request) -> None:
+async def get_heavy(request: Request) -> BoundedExecutor:
+    return request.app.state.heavy
+
+
+async def get_reads(request: Request) -> BoundedExecutor:
+    return request.app.state.reads
+
+
+async def require_token(request: Request) -> None:
     """When AAH_API_TOKEN is set, mutating requests (POST/PUT/PATCH/DELETE) need 'Authorization: Bearer <token>'.
 
     Installed once for the whole app; it reads the header itself so that read-only operations do
@@ -65,3 +79,5 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 RegistryDep = Annotated["Registry", Depends(get_registry)]
 JobsDep = Annotated["JobManager", Depends(get_jobs)]
 MetricsCacheDep = Annotated[LruCache, Depends(get_metrics_cache)]
+HeavyDep = Annotated[BoundedExecutor, Depends(get_heavy)]
+ReadsDep = Annotated[BoundedExecutor, Depends(get_reads)]

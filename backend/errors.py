@@ -47,6 +47,16 @@ class Unavailable(ServiceError):
     status_code = 503
 
 
+class Busy(ServiceError):
+    """Too much work queued already (429): ask again after ``retry_after`` seconds."""
+
+    status_code = 429
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+
 # Engine errors by type; the first match wins (subclasses before their bases).
 ENGINE_STATUS: tuple[tuple[type[AAHError], int], ...] = (
     (InvalidWindowPlan, 422),
@@ -57,9 +67,11 @@ ENGINE_STATUS: tuple[tuple[type[AAHError], int], ...] = (
 )
 
 
-def _json(status: int, detail: str, **extra: object) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"detail": detail, **extra}, status_code=status, headers=headers)
+def _json(status: int, detail: str, retry_after: int | None = None, **extra: object) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    return JSONResponse({"detail": detail, **extra}, status_code=status, headers=headers or None)
 
 
 def _where(loc: tuple) -> str:
@@ -86,7 +98,7 @@ def validation_detail(errors: list[dict]) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError) -> JSONResponse:
-        return _json(exc.status_code, exc.detail)
+        return _json(exc.status_code, exc.detail, retry_after=getattr(exc, "retry_after", None))
 
     @app.exception_handler(AAHError)
     async def _engine(_: Request, exc: AAHError) -> JSONResponse:

@@ -60,6 +60,14 @@ class Settings(BaseSettings):
     reconcile_s: float = Field(
         30.0, ge=0, description="Every so many seconds, runs marked SCHEDULED/RUNNING without a live worker "
         "are ended (and orphaned workers stopped); also done at start. 0: only at start.")
+    heavy_workers: int = Field(
+        2, ge=1, le=64, description="Threads for heavy work (evaluation, heatmaps, retained mass, sensitivity, "
+        "allocation, measured cost, generation): at most this many such jobs run at once.")
+    heavy_queue: int = Field(
+        16, ge=0, le=10_000, description="Heavy jobs that may wait for a thread; beyond that a request is "
+        "refused with 429 and Retry-After (identical concurrent requests share one job).")
+    read_workers: int = Field(4, ge=1, le=64, description="Threads for long store reads (metric series, compare).")
+    read_queue: int = Field(64, ge=0, le=10_000, description="Long store reads that may wait; beyond that 429.")
     torch_threads: int | None = Field(None, ge=1, description="torch.set_num_threads for evaluation.")
     corpus_dirs: str = Field(
         "", description="Folders (separated by ':' or ',') that training jobs may read corpora and tokenizer "

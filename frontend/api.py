@@ -1,6 +1,10 @@
 """The dashboard's only way to the backend: the `AAH_API_URL` setting (read here and nowhere else),
 the shared `ApiClient`, cached GETs and the error line shown when a call fails.
 
+A busy API (429, its queue of heavy jobs full) is retried here, after the `Retry-After` it sends
+(at most BUSY_RETRIES times, BUSY_WAIT_MAX_S each), with a "busy, retrying" toast; if it is still
+busy, the block shows one warning line like any other API error.
+
 Tests replace `get_client` (monkeypatch) with a fake that has the same methods.
 """
 
@@ -9,21 +13,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Any, Iterator
+import time
+from typing import Any, Callable, Iterator
 
 import streamlit as st
 
-from aah_client import ApiClient, ApiError, ServiceUnavailable
+from aah_client import ApiClient, ApiError, ServerBusy, ServiceUnavailable, retry_when_busy
 
 logger = logging.getLogger(__name__)
 
 API_URL = os.environ.get("AAH_API_URL", "http://127.0.0.1:8000").rstrip("/")
 API_TOKEN = os.environ.get("AAH_API_TOKEN") or None
+BUSY_RETRIES = 3
+BUSY_WAIT_MAX_S = 5.0
 
 
 @st.cache_resource(show_spinner=False)
 def _shared_client(url: str, token: str | None) -> ApiClient:
-    return ApiClient(url, token=token, timeout=120.0)
+    # busy_retries=0: a 429 comes back here at once, so the retry happens outside st.cache_data
+    return ApiClient(url, token=token, timeout=120.0, busy_retries=0)
 
 
 def get_client() -> ApiClient:
@@ -31,26 +39,39 @@ def get_client() -> ApiClient:
     return _shared_client(API_URL, API_TOKEN)
 
 
+def _busy_wait(seconds: float, attempt: int) -> None:
+    st.toast(f"The API is busy, retrying in {seconds:.0f} s ({attempt}/{BUSY_RETRIES})", icon="⏳")
+    time.sleep(seconds)
+
+
+def _retrying(request: Callable[[], Any]) -> Any:
+    """``request()``, asked again while the API answers 429 (busy), after the wait it suggests."""
+    return retry_when_busy(request, BUSY_RETRIES, _busy_wait, BUSY_WAIT_MAX_S)
+
+
 def call(method: str, *args: Any, **kwargs: Any) -> Any:
     """`get_client().<method>(...)`, uncached. Raises ApiError / ServiceUnavailable."""
-    return getattr(get_client(), method)(*args, **kwargs)
+    return _retrying(lambda: getattr(get_client(), method)(*args, **kwargs))
 
 
 @st.cache_data(ttl=30, show_spinner=False, max_entries=512)
 def _cached(url: str, method: str, args: tuple, kwargs: tuple) -> Any:
-    return call(method, *args, **dict(kwargs))
+    return getattr(get_client(), method)(*args, **dict(kwargs))
 
 
 def cached(method: str, *args: Any, **kwargs: Any) -> Any:
     """A GET that may be served from a 30 s cache (models, texts, maps: things that do not change
     under the user's hands). Errors are never cached."""
-    return _cached(API_URL, method, args, tuple(sorted(kwargs.items())))
+    return _retrying(lambda: _cached(API_URL, method, args, tuple(sorted(kwargs.items()))))
 
 
 def error_text(exc: ApiError) -> str:
     if isinstance(exc, ServiceUnavailable):
         return (f"The AAH API is not reachable at {API_URL} ({exc.detail}). Start it with `make demo` "
                 "or `python -m uvicorn backend.app:app`, or point AAH_API_URL at it.")
+    if isinstance(exc, ServerBusy):
+        return (f"The API is busy ({exc.detail}) and still was after {BUSY_RETRIES} retries; "
+                "try again in a few seconds.")
     if exc.status == 401:
         return f"The API refused the request (401: {exc.detail}). Set AAH_API_TOKEN for the dashboard."
     return f"The API refused the request ({exc.status}: {exc.detail})"

@@ -1,14 +1,18 @@
 """Models: list, windows, bundled texts, live evaluation, heatmaps, diagnostics, allocation, cost,
-generation."""
+generation.
+
+Everything that runs the model goes through the heavy executor (services/executor.py): bounded,
+429 with Retry-After when full, identical concurrent requests computed once. Those routes are
+``async`` and only wait; the quick ones are plain ``def`` (FastAPI's thread pool)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 
 from aah_core.windows import coverage_metrics, plan_to_json
-from backend.deps import RegistryDep
+from backend.deps import HeavyDep, RegistryDep
 from backend.schemas import (
     OWN_WINDOW,
     AllocateRequest,
@@ -30,6 +34,7 @@ from backend.schemas import (
     TextInfo,
 )
 from backend.services import analysis, inference
+from backend.services.executor import BUSY
 
 router = APIRouter(prefix="/models", tags=["models"])
 ModelId = Annotated[str, Path(max_length=64)]
@@ -74,63 +79,81 @@ def read_model_texts(model_id: ModelId, registry: RegistryDep) -> list[TextInfo]
                      preview=lm.tokenizer.decode(t.ids.tolist())[:PREVIEW_CHARS]) for t in lm.texts().values()]
 
 
-@router.post("/{model_id}/evaluate")
-def evaluate_model(model_id: ModelId, body: EvaluateRequest, registry: RegistryDep) -> EvaluateResponse:
+@router.post("/{model_id}/evaluate", response_model=EvaluateResponse, responses=BUSY)
+async def evaluate_model(model_id: ModelId, body: EvaluateRequest, registry: RegistryDep,
+                         heavy: HeavyDep) -> Response:
     """Loss under a window plan vs the model's own plan, on a fixed evaluation batch."""
-    return analysis.evaluate(registry, registry.get(model_id), body)
+    return await heavy.json_response(("evaluate", model_id, body.model_dump_json()),
+                                     lambda: analysis.evaluate(registry, registry.get(model_id), body))
 
 
-@router.get("/{model_id}/attention")
-def read_attention(
+@router.get("/{model_id}/attention", response_model=AttentionResponse, responses=BUSY)
+async def read_attention(
     model_id: ModelId,
     registry: RegistryDep,
+    heavy: HeavyDep,
     layer: Annotated[int, Query(ge=0, le=1024)] = 0,
     head: Annotated[int, Query(ge=0, le=1024)] = 0,
     text_id: TextId = None,
     window: Annotated[str, Query(pattern=r"^(own|full|[1-9][0-9]{0,9})$",
                                  description='"own" (default): the head\'s own window; "full"; or an int >= 1')]
     = OWN_WINDOW,
-) -> AttentionResponse:
+) -> Response:
     """One head's attention map on a bundled text, full and windowed, with the mass the window cuts."""
     chosen = window if window == OWN_WINDOW else None if window == "full" else int(window)
-    return analysis.attention(registry.get(model_id), layer, head, None, text_id, chosen)
+    return await heavy.json_response(("attention", model_id, layer, head, text_id, chosen),
+                                     lambda: analysis.attention(registry.get(model_id), layer, head, None, text_id,
+                                                                chosen))
 
 
-@router.post("/{model_id}/attention")
-def create_attention(model_id: ModelId, body: AttentionRequest, registry: RegistryDep) -> AttentionResponse:
+@router.post("/{model_id}/attention", response_model=AttentionResponse, responses=BUSY)
+async def create_attention(model_id: ModelId, body: AttentionRequest, registry: RegistryDep,
+                           heavy: HeavyDep) -> Response:
     """As GET, for a posted text (<= 100,000 characters; seq_len tokens from `offset` are shown) or a
     bundled one."""
-    return analysis.attention(registry.get(model_id), body.layer, body.head, body.text, body.text_id,
-                              body.window, body.offset)
+    return await heavy.json_response(("attention", model_id, body.model_dump_json()),
+                                     lambda: analysis.attention(registry.get(model_id), body.layer, body.head,
+                                                                body.text, body.text_id, body.window, body.offset))
 
 
-@router.get("/{model_id}/retained-mass")
-def read_retained_mass(model_id: ModelId, registry: RegistryDep, text_id: TextId = None) -> RetainedMassResponse:
+@router.get("/{model_id}/retained-mass", response_model=RetainedMassResponse, responses=BUSY)
+async def read_retained_mass(model_id: ModelId, registry: RegistryDep, heavy: HeavyDep,
+                             text_id: TextId = None) -> Response:
     """Per head: mean attention mass within the last w keys, for w over the model's buckets
     (averaged over all bundled texts when text_id is omitted)."""
-    return analysis.retained_mass(registry, registry.get(model_id), text_id)
+    return await heavy.json_response(("retained-mass", model_id, text_id),
+                                     lambda: analysis.retained_mass(registry, registry.get(model_id),
+                                                                    text_id))
 
 
-@router.get("/{model_id}/sensitivity")
-def read_sensitivity(model_id: ModelId, registry: RegistryDep, eval_set: EvalSet = "mixed") -> SensitivityResponse:
+@router.get("/{model_id}/sensitivity", response_model=SensitivityResponse, responses=BUSY)
+async def read_sensitivity(model_id: ModelId, registry: RegistryDep, heavy: HeavyDep,
+                           eval_set: EvalSet = "mixed") -> Response:
     """Per head and bucket: the loss increase when that head alone gets that window."""
-    return analysis.sensitivity(registry, registry.get(model_id), eval_set)
+    return await heavy.json_response(("sensitivity", model_id, eval_set),
+                                     lambda: analysis.sensitivity(registry, registry.get(model_id), eval_set))
 
 
-@router.post("/{model_id}/allocate")
-def allocate_windows(model_id: ModelId, body: AllocateRequest, registry: RegistryDep) -> AllocateResponse:
+@router.post("/{model_id}/allocate", response_model=AllocateResponse, responses=BUSY)
+async def allocate_windows(model_id: ModelId, body: AllocateRequest, registry: RegistryDep,
+                           heavy: HeavyDep) -> Response:
     """Windows under a coverage budget, with the path the allocator walked."""
-    return analysis.allocate(registry, registry.get(model_id), body)
+    return await heavy.json_response(("allocate", model_id, body.model_dump_json()),
+                                     lambda: analysis.allocate(registry, registry.get(model_id), body))
 
 
-@router.post("/{model_id}/cost")
-def read_cost(model_id: ModelId, body: CostRequest, registry: RegistryDep) -> CostResponse:
+@router.post("/{model_id}/cost", response_model=CostResponse, responses=BUSY)
+async def read_cost(model_id: ModelId, body: CostRequest, registry: RegistryDep, heavy: HeavyDep) -> Response:
     """A plan's exact KV-cache bytes and attention pairs at a context (beside the full plan's);
     with measure=true also prefill and decode-step times measured against the full plan in the same run."""
-    return inference.cost(registry.get(model_id), body)
+    return await heavy.json_response(("cost", model_id, body.model_dump_json()),
+                                     lambda: inference.cost(registry.get(model_id), body))
 
 
-@router.post("/{model_id}/generate")
-def generate_text(model_id: ModelId, body: GenerateRequest, registry: RegistryDep) -> GenerateResponse:
-    """Continue a prompt under a plan (default: the model's own) with per-head KV caches."""
-    return inference.generate_text(registry.get(model_id), body)
+@router.post("/{model_id}/generate", response_model=GenerateResponse, responses=BUSY)
+async def generate_text(model_id: ModelId, body: GenerateRequest, registry: RegistryDep,
+                        heavy: HeavyDep) -> Response:
+    """Continue a prompt under a plan (default: the model's own) with per-head KV caches (seeded:
+    identical requests give identical text, so concurrent ones share one generation)."""
+    return await heavy.json_response(("generate", model_id, body.model_dump_json()),
+                                     lambda: inference.generate_text(registry.get(model_id), body))

@@ -1,4 +1,8 @@
-"""The run store over HTTP: list, read, metrics, window plans, compare, start and cancel jobs."""
+"""The run store over HTTP: list, read, metrics, window plans, compare, start and cancel jobs.
+
+No route queries the store on the event loop: plain ``def`` routes run in FastAPI's thread pool,
+and the two ``async`` ones (metrics, compare) hand their reads to a thread or the bounded read
+executor (services/executor.py: 429 with Retry-After when full)."""
 
 from __future__ import annotations
 
@@ -14,8 +18,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend import store
 from backend.db import transaction
 from backend.downsample import MAX_POINTS, MIN_POINTS, read_downsampled
-from backend.deps import JobsDep, MetricsCacheDep, SessionDep
+from backend.deps import JobsDep, MetricsCacheDep, ReadsDep, SessionDep
 from backend.services.cache import LruCache
+from backend.services.executor import BUSY
 from backend.errors import InvalidInput
 from backend.identity import update_identity
 from backend.schemas import (
@@ -81,27 +86,30 @@ def parse_keys(keys: str | None) -> list[str] | None:
 MetricsQuery = tuple[int, tuple[str, ...] | None, int | None, int | None, int | None]  # run, keys, range, points
 
 
+def _metrics_version(sessions: sessionmaker[Session], run_id: int) -> tuple[int, int]:
+    with transaction(sessions) as s:
+        store.run_exists(s, run_id)
+        return store.metrics_version(s, run_id)
+
+
 def _metrics_body(sessions: sessionmaker[Session], cache: LruCache, query: MetricsQuery,
                   version: tuple[int, int]) -> bytes:
     run_id, keys, min_step, max_step, max_points = query
-    with cache.stripe(query):  # concurrent misses of one query compute it once
-        hit = cache.get(query)
-        if hit is None or hit[0] != version:
-            with transaction(sessions) as s:
-                if max_points is None:
-                    series, reduced = store.read_metrics(s, run_id, keys, min_step, max_step), []
-                else:
-                    series, reduced = read_downsampled(s, run_id, max_points, keys, min_step, max_step)
-            hit = (version, MetricsResponse(run_id=run_id, series=series, downsampled=reduced)
-                   .model_dump_json().encode())
-            cache.put(query, hit)
-    return hit[1]
+    with transaction(sessions) as s:
+        if max_points is None:
+            series, reduced = store.read_metrics(s, run_id, keys, min_step, max_step), []
+        else:
+            series, reduced = read_downsampled(s, run_id, max_points, keys, min_step, max_step)
+    body = MetricsResponse(run_id=run_id, series=series, downsampled=reduced).model_dump_json().encode()
+    cache.put(query, (version, body))
+    return body
 
 
-@router.get("/{run_id}/metrics", response_model=MetricsResponse)
+@router.get("/{run_id}/metrics", response_model=MetricsResponse, responses=BUSY)
 async def read_run_metrics(
     request: Request,
     cache: MetricsCacheDep,
+    reads: ReadsDep,
     run_id: RunId,
     keys: Annotated[str | None, Query(max_length=10_000, description="comma-separated metric keys")] = None,
     min_step: Step = None,
@@ -119,18 +127,16 @@ async def read_run_metrics(
     parsed = parse_keys(keys)
     sessions = request.app.state.sessions
     # Dashboards poll the same series from many tabs. A poll whose answer is cached costs one
-    # indexed read of the run's per-key row counts (WAL readers never wait for writers), done right
-    # here on the event loop: no thread hop, and requests are served in arrival order. Only a miss
-    # goes to a thread.
-    with transaction(sessions) as s:
-        store.run_exists(s, run_id)
-        version = store.metrics_version(s, run_id)
+    # indexed read of the run's per-key row counts, in the thread pool (never on the event loop).
+    # A miss is read by the bounded read executor, once however many pollers ask for it at once.
+    version = await run_in_threadpool(_metrics_version, sessions, run_id)
     query = (run_id, None if parsed is None else tuple(parsed), min_step, max_step, max_points)
     hit = cache.get(query)
     if hit is not None and hit[0] == version:
         body = hit[1]
     else:
-        body = await run_in_threadpool(_metrics_body, sessions, cache, query, version)
+        body = await reads.run(("metrics", query, version),
+                               lambda: _metrics_body(sessions, cache, query, version))
     return Response(content=body, media_type="application/json")
 
 
@@ -160,24 +166,31 @@ def create_run(body: RunCreate, jobs: JobsDep) -> RunPublic:
     return jobs.start(body)
 
 
-@router.post("/compare")
-def compare_runs(body: CompareRequest, session: SessionDep) -> CompareResponse:
-    """Several runs side by side: one aggregated value per (run, key) and every series by step."""
-    if body.agg == "at_step" and body.step is None:
-        raise InvalidInput("step: required when agg is 'at_step'")
+def _compare(sessions: sessionmaker[Session], body: CompareRequest) -> CompareResponse:
     run_ids = list(dict.fromkeys(body.run_ids))
-    runs = store.runs_public(session, run_ids)
-    keys = body.keys
-    if keys is None:
-        keys = sorted({k for run in runs for k in run.summary})
-    table = store.aggregate_metrics(session, run_ids, keys, body.agg, body.step)
-    steps = store.steps_at_or_before(session, run_ids, keys, body.step) if body.agg == "at_step" else {}
-    series = {}
-    for run_id in run_ids:
-        by_key = store.read_metrics(session, run_id, keys)
-        series[str(run_id)] = {k: SeriesXY(step=s.step, value=s.value) for k, s in by_key.items()}
+    with transaction(sessions) as session:
+        runs = store.runs_public(session, run_ids)
+        keys = body.keys
+        if keys is None:
+            keys = sorted({k for run in runs for k in run.summary})
+        table = store.aggregate_metrics(session, run_ids, keys, body.agg, body.step)
+        steps = store.steps_at_or_before(session, run_ids, keys, body.step) if body.agg == "at_step" else {}
+        series = {}
+        for run_id in run_ids:
+            by_key = store.read_metrics(session, run_id, keys)
+            series[str(run_id)] = {k: SeriesXY(step=s.step, value=s.value) for k, s in by_key.items()}
     rows = [CompareRow(run_id=r, values=table[r], steps=steps.get(r)) for r in run_ids]
     return CompareResponse(keys=keys, runs=runs, table=rows, series=series)
+
+
+@router.post("/compare", response_model=CompareResponse, responses=BUSY)
+async def compare_runs(request: Request, body: CompareRequest, reads: ReadsDep) -> Response:
+    """Several runs side by side: one aggregated value per (run, key) and every series by step
+    (whole series: read by the bounded read executor, like metric misses)."""
+    if body.agg == "at_step" and body.step is None:
+        raise InvalidInput("step: required when agg is 'at_step'")
+    sessions = request.app.state.sessions
+    return await reads.json_response(("compare", body.model_dump_json()), lambda: _compare(sessions, body))
 
 
 @router.post("/{run_id}/cancel")

@@ -181,38 +181,34 @@ def retained_mass(registry: Registry, lm: LoadedModel, text_id: str | None) -> R
 
 
 def sensitivity(registry: Registry, lm: LoadedModel, eval_set: str) -> SensitivityResponse:
+    """(Concurrent identical requests share one sweep: the route runs this in the heavy executor.)"""
     windows, buckets = _buckets(lm)
     key = (lm.id, "sensitivity", eval_set)
     hit = registry.cached(key)
     if hit is None:
-        with registry.results.stripe(key):  # one sweep per key, however many ask at once
-            hit = registry.cached(key)
-            if hit is None:
-                # its own evaluator: the shared one (and its lock) stays free for live edits
-                evaluator = PrefixCachedEvaluator(lm.model, lm.batch(eval_set))
-                baseline, delta = diagnostics.sensitivity_sweep(evaluator.loss, lm.plan.clone(), windows)
-                hit = (baseline, delta.tolist())
-                registry.remember(key, hit)
+        # its own evaluator: the shared one (and its lock) stays free for live edits
+        evaluator = PrefixCachedEvaluator(lm.model, lm.batch(eval_set))
+        baseline, delta = diagnostics.sensitivity_sweep(evaluator.loss, lm.plan.clone(), windows)
+        hit = (baseline, delta.tolist())
+        registry.remember(key, hit)
     return SensitivityResponse(buckets=buckets, baseline_loss=hit[0], delta=hit[1])
 
 
 def allocate(registry: Registry, lm: LoadedModel, body: AllocateRequest) -> AllocateResponse:
+    """(Concurrent identical requests share one search: the route runs this in the heavy executor.)"""
     key = (lm.id, "allocate", body.eval_set, body.metric, body.budget)
     hit = registry.cached(key)
     if hit is None:
-        with registry.results.stripe(key):  # one search per key, however many ask at once
-            hit = registry.cached(key)
-            if hit is None:
-                # The allocator brings its own evaluator and only reads the model, so it runs
-                # without the model's lock: live edits are not held up by a search of seconds.
-                result = run_allocation(lm.model, lm.batch(body.eval_set), body.budget, metric=body.metric)
-                baseline, _, _ = _losses(registry, lm, lm.plan, body.eval_set, False)
-                T = lm.info.seq_len
-                hit = AllocateResponse(
-                    windows=plan_to_json(result.plan, T), loss=float(result.loss), baseline_loss=baseline,
-                    curve=[CurvePoint(acr=p["acr"], causal_coverage=p["causal_coverage"], kv_bytes=p.get("kv_bytes"),
-                                      loss=p["loss"]) for p in result.curve],
-                    **coverage_metrics(result.plan, T),
-                )
-                registry.remember(key, hit)
+        # The allocator brings its own evaluator and only reads the model, so it runs
+        # without the model's lock: live edits are not held up by a search of seconds.
+        result = run_allocation(lm.model, lm.batch(body.eval_set), body.budget, metric=body.metric)
+        baseline, _, _ = _losses(registry, lm, lm.plan, body.eval_set, False)
+        T = lm.info.seq_len
+        hit = AllocateResponse(
+            windows=plan_to_json(result.plan, T), loss=float(result.loss), baseline_loss=baseline,
+            curve=[CurvePoint(acr=p["acr"], causal_coverage=p["causal_coverage"], kv_bytes=p.get("kv_bytes"),
+                              loss=p["loss"]) for p in result.curve],
+            **coverage_metrics(result.plan, T),
+        )
+        registry.remember(key, hit)
     return hit

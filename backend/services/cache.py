@@ -8,15 +8,11 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 
-_STRIPES = 64
-
-
 class LruCache:
     def __init__(self, max_items: int) -> None:
         self.max_items = max_items
         self._items: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.Lock()
-        self._stripes = [threading.Lock() for _ in range(_STRIPES)]
 
     def get(self, key: Hashable) -> Any | None:
         with self._lock:
@@ -24,11 +20,6 @@ class LruCache:
                 return None
             self._items.move_to_end(key)
             return self._items[key]
-
-    def stripe(self, key: Hashable) -> threading.Lock:
-        """A lock shared by few keys: hold it while computing a missing value, so concurrent
-        misses of one key compute it once and the others find it in the cache."""
-        return self._stripes[hash(key) % _STRIPES]
 
     def put(self, key: Hashable, value: Any) -> None:
         if self.max_items <= 0:

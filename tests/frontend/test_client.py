@@ -5,7 +5,8 @@ import json
 import httpx
 import pytest
 
-from aah_client import ApiClient, ApiError, ServiceUnavailable
+from aah_client import ApiClient, ApiError, ServerBusy, ServiceUnavailable
+from aah_client import client as client_module
 
 
 def make(handler, token=None):
@@ -143,3 +144,39 @@ def test_cost_and_generate_post_their_bodies():
     assert json.loads(seen[0].content) == {"windows": [[4, None]], "context": 128, "measure": True}
     assert json.loads(seen[1].content) == {"prompt": "Hi", "windows": [[4, None]], "max_new_tokens": 9,
                                            "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}
+
+
+def busy_then_ok(n_busy, retry_after="2"):
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if len(seen) <= n_busy:
+            return httpx.Response(429, json={"detail": "the server is busy"}, headers={"Retry-After": retry_after})
+        return httpx.Response(200, json={"loss": 1.0})
+
+    return seen, handler
+
+
+def test_busy_server_is_retried_after_its_retry_after(monkeypatch):
+    slept = []
+    monkeypatch.setattr(client_module.time, "sleep", slept.append)
+    seen, handler = busy_then_ok(2)
+    assert make(handler).evaluate("demo", [[None]]) == {"loss": 1.0}
+    assert len(seen) == 3 and slept == [2.0, 2.0]
+    assert json.loads(seen[2].content) == json.loads(seen[0].content)  # the same request again
+
+
+def test_still_busy_after_the_retries_raises_server_busy(monkeypatch):
+    slept = []
+    monkeypatch.setattr(client_module.time, "sleep", slept.append)
+    seen, handler = busy_then_ok(10, retry_after="600")
+    api = ApiClient("http://api.test/", busy_retries=2, transport=httpx.MockTransport(handler))
+    with pytest.raises(ServerBusy) as info:
+        api.sensitivity("demo")
+    assert info.value.status == 429 and info.value.retry_after == 600 and "busy" in info.value.detail
+    assert len(seen) == 3 and slept == [client_module.BUSY_WAIT_MAX_S] * 2  # long waits are capped
+    seen.clear()
+    with pytest.raises(ServerBusy):  # busy_retries=0: at once, for callers that retry themselves
+        ApiClient("http://api.test/", busy_retries=0, transport=httpx.MockTransport(handler)).sensitivity("demo")
+    assert len(seen) == 1

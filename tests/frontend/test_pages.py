@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from aah_client import ApiError, ServiceUnavailable
+from aah_client import ApiError, ServerBusy, ServiceUnavailable
 from tests.frontend.fake_api import OWN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +48,29 @@ def test_service_down_shows_an_error_line_not_a_traceback(fake_api, name):
     at = page(name)
     assert not at.exception
     assert any("not reachable" in e.value for e in at.error)
+
+
+def test_a_busy_api_is_retried_with_a_notice_then_shown_as_busy(fake_api, monkeypatch):
+    """429 (the API's heavy queue is full): a "busy, retrying" toast and a retry; if it stays busy,
+    one error line that says so, never a traceback."""
+    busy = ServerBusy("the server is busy: 3 heavy jobs are running or queued (limit 3)", 0)
+    answered = fake_api.evaluate
+    tries = []
+
+    def evaluate_busy_once(*args, **kwargs):
+        tries.append(args)
+        if len(tries) == 1:
+            raise busy
+        return answered(*args, **kwargs)
+
+    monkeypatch.setattr(fake_api, "evaluate", evaluate_busy_once)
+    at = page("editor")
+    assert not at.exception and not at.error and len(tries) == 2
+    assert any("busy, retrying" in t.value for t in at.toast)
+    fake_api.fail = {"retained_mass": busy}
+    at = page("attention")
+    assert not at.exception
+    assert any("busy" in e.value and "retries" in e.value for e in at.error)
 
 
 def test_editor_evaluates_the_models_own_plan_with_per_token(fake_api):
