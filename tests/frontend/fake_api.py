@@ -76,7 +76,10 @@ class FakeApi:
     def called(self, name):
         return [c for c in self.calls if c[0] == name]
 
-    # endpoints
+    # endpoints (tests/frontend/test_fake_api.py keeps every ApiClient method here, with its signature)
+    def close(self):
+        self._rec("close")
+
     def health(self):
         self._rec("health")
         return {"status": "ok", "version": "test", "models": 1, "runs": len(self.runs_store)}
@@ -85,6 +88,18 @@ class FakeApi:
         self._rec("models")
         return [{"id": "demo", "name": "demo", "n_layer": N_LAYER, "n_head": N_HEAD, "seq_len": T,
                  "preset": "demo", "buckets": BUCKETS, "n_params": 1000, "run_id": 1, "family": "aah", "dtype": "float32"}]
+
+    def model(self, model_id):
+        self._rec("model", model_id)
+        for m in self.models():
+            if m["id"] == model_id:
+                return m
+        raise ApiError(404, f"model {model_id!r} not found")
+
+    def register_model(self, path, name=None, seq_len=None):
+        self._rec("register_model", path, name=name, seq_len=seq_len)
+        return {**self.models()[0], "id": name or path.rstrip("/").rsplit("/", 1)[-1], "name": name or path,
+                "seq_len": seq_len or T, "family": "llama", "run_id": None}
 
     def model_windows(self, model_id):
         self._rec("model_windows", model_id)
