@@ -21,6 +21,7 @@ import torch
 
 from aah_core.cost import ModelShape, plan_cost
 from aah_core.data import EvalBatch
+from aah_core.diagnostics import sensitivity_sweep
 from aah_core.errors import InvalidConfig
 from aah_core.evaluate import PrefixCachedEvaluator
 from aah_core.model_api import WindowedLM
@@ -62,29 +63,19 @@ class _Search:
     def coverage(self, idx: torch.Tensor) -> float:
         return float(self.cost[idx].mean())
 
-    def loss(self, idx: torch.Tensor) -> float:
+    def measure(self, plan: torch.Tensor) -> float:
+        """The loss of a plan of windows [L, H], counted."""
         self.evaluations += 1
-        return self.ev.loss(self.plan(idx))
+        return self.ev.loss(plan)
+
+    def loss(self, idx: torch.Tensor) -> float:
+        return self.measure(self.plan(idx))
 
     def point(self, idx: torch.Tensor, loss: float) -> dict[str, float]:
         plan = self.plan(idx)
         kv_bytes = plan_cost(plan, self.T, ModelShape.of(self.model)).kv_bytes  # at context T
         return {"acr": acr(plan, self.T), "causal_coverage": causal_coverage(plan, self.T), "kv_bytes": kv_bytes,
                 "loss": loss}
-
-
-def _sensitivity(search: _Search, full_loss: float) -> torch.Tensor:
-    """delta[l, h, k]: loss increase when only head (l, h) drops to bucket k (0 at the full bucket)."""
-    L, H = search.model.n_layer, search.model.n_head
-    delta = torch.zeros(L, H, search.K, dtype=torch.float64)
-    full = torch.full((L, H), search.K - 1, dtype=torch.long)
-    for layer in reversed(range(L)):  # later layers first: each edit recomputes only from its layer
-        for h in range(H):
-            for k in range(search.K - 1):
-                idx = full.clone()
-                idx[layer, h] = k
-                delta[layer, h, k] = search.loss(idx) - full_loss
-    return delta
 
 
 def _descend(search: _Search, delta: torch.Tensor, full_loss: float, budget: float, refine: int):
@@ -175,9 +166,10 @@ def allocate(
         )
     L, H = model.n_layer, model.n_head
     full = torch.full((L, H), search.K - 1, dtype=torch.long)
-    full_loss = search.loss(full)
-    full_only = float(search.cost[-1]) <= budget + 1e-12
-    delta = torch.zeros(L, H, search.K, dtype=torch.float64) if full_only else _sensitivity(search, full_loss)
+    if float(search.cost[-1]) <= budget + 1e-12:  # the full plan fits: nothing to weigh
+        full_loss, delta = search.loss(full), torch.zeros(L, H, search.K, dtype=torch.float64)
+    else:  # delta[l, h, k]: each head alone at bucket k, the rest full (0 at the full bucket)
+        full_loss, delta = sensitivity_sweep(search.measure, search.plan(full), search.windows.tolist())
     idx, loss, curve = _descend(search, delta, full_loss, budget, refine)
     # the guard: the largest uniform plan within the budget
     k_uniform = max(k for k in range(search.K) if float(search.cost[k]) <= budget + 1e-12)

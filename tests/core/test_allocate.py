@@ -78,3 +78,26 @@ def test_full_budget_keeps_the_full_plan(trained):
     model, batch = trained
     result = allocate(model, batch, 1.0)
     assert result.plan.min() == model.config.seq_len and len(result.curve) == 1
+
+
+def test_allocation_weighs_moves_by_the_diagnostics_sensitivity_sweep(trained, monkeypatch):
+    """One sweep serves the allocator and GET /sensitivity (aah_core.diagnostics), so the table the
+    dashboard shows is the one the allocator ranks moves by."""
+    import aah_core.allocate as allocate_module
+    from aah_core.diagnostics import sensitivity_sweep
+
+    model, batch = trained
+    seen = []
+
+    def spy(loss, plan, windows):
+        seen.append((plan.clone(), list(windows)))
+        return sensitivity_sweep(loss, plan, windows)
+
+    monkeypatch.setattr(allocate_module, "sensitivity_sweep", spy)
+    result = allocate(model, batch, 0.3)
+    T = model.config.seq_len
+    windows = sorted({min(b, T) for b in model.buckets})
+    assert len(seen) == 1 and seen[0][1] == windows
+    assert torch.equal(seen[0][0], torch.full_like(model.plan, windows[-1]))  # each head alone, the rest full
+    L, H = model.plan.shape
+    assert result.evaluations > 1 + L * H * (len(windows) - 1)  # the sweep's, then the descent's and the guard's
