@@ -169,6 +169,28 @@ def read_train_state(path: str | Path) -> dict[str, torch.Tensor] | None:
         raise CheckpointError(f"{file}: unreadable ({exc}); the file is corrupt or not safetensors") from None
 
 
+def verify_checkpoint(path: str | Path) -> CheckpointInfo:
+    """`read_checkpoint_info`, plus every stored tensor's name and shape checked against the model its
+    config describes (built on the meta device: no weights are read or allocated). For checkpoints
+    that arrive from elsewhere (an upload) and must load later."""
+    path = Path(path)
+    info = read_checkpoint_info(path)
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in WindowedGPT(info.config.model).state_dict().items() if k != TIED}
+    try:
+        with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+            stored = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise _unreadable_weights(path, exc) from None
+    if set(stored) != set(expected):
+        missing, extra = sorted(set(expected) - set(stored))[:3], sorted(set(stored) - set(expected))[:3]
+        raise CheckpointError(f"{path}: weights do not match the config (missing {missing}, unexpected {extra})")
+    wrong = [f"{k}: {stored[k]} instead of {expected[k]}" for k in sorted(stored) if stored[k] != expected[k]]
+    if wrong:
+        raise CheckpointError(f"{path}: weight shapes do not match the config ({'; '.join(wrong[:3])})")
+    return info
+
+
 def load_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
     """Load a checkpoint directory; refuses pickles, missing files and foreign or corrupt content."""
     path = Path(path)

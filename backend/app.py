@@ -18,7 +18,7 @@ from backend.errors import install_error_handlers
 from backend.middleware import BodySizeLimit, HostCheck
 from backend.openapi import install_openapi
 from backend.reference import seed_paper_reference
-from backend.routers import groups, health, models, presets, runs, views, windows
+from backend.routers import groups, health, models, presets, runs, tracking, views, windows
 from backend.seed import seed_demo
 from backend.services.cache import LruCache
 from backend.services.executor import BoundedExecutor
@@ -87,12 +87,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_openapi(app)
     # groups before runs: /runs/groups would otherwise reach /runs/{run_id}
-    for router in (health.router, models.router, presets.router, groups.router, runs.router, views.router,
-                   windows.router):
+    for router in (health.router, models.router, presets.router, groups.router, runs.router, tracking.router,
+                   views.router, windows.router):
         app.include_router(router, prefix=API_PREFIX)
     app.add_middleware(CORSMiddleware, allow_origins=settings.ui_origins, allow_credentials=False,
-                       allow_methods=["GET", "POST", "PATCH", "DELETE"], allow_headers=["Authorization", "Content-Type"])
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+                       allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"], allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, streamed=tracking.UPLOAD_PATH)
     app.add_middleware(HostCheck)  # outermost: a foreign Host gets nothing, not even CORS headers
     return app
 

@@ -8,6 +8,7 @@ wants ``{"detail": ...}``.)
 from __future__ import annotations
 
 import json
+import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -17,14 +18,18 @@ class BodySizeLimit:
 
     A declared Content-Length over the limit is refused without reading anything; a chunked
     body is counted as it arrives, so leaving out the length does not get around the limit.
+    Paths matching ``streamed`` (file uploads) pass unbuffered: their endpoint streams the body to
+    disk and enforces its own limit.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, streamed: str | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.streamed = re.compile(streamed) if streamed else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if (scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS")
+                or (self.streamed is not None and self.streamed.match(scope["path"]))):
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")

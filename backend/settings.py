@@ -47,6 +47,8 @@ class Settings(BaseSettings):
     )
     max_jobs: int = Field(2, ge=0, le=64, description="Training jobs allowed to run at once.")
     max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest accepted request body.")
+    max_upload_bytes: int = Field(1 << 30, ge=1024, description="Largest checkpoint file a tracked run may "
+                                  "upload (PUT /tracking/runs/{id}/checkpoint/{file}).")
     demo_dir: Path | None = Field(SHIPPED_DEMO_DIR, description="Checkpoint registered on a fresh data dir.")
     seed_demo: bool = Field(True, description="Register the demo checkpoint and its history on a fresh store.")
     seed_paper: bool = Field(True, description="Import the paper's reported tables as a read-only experiment.")

@@ -225,38 +225,52 @@ _METRIC_COLUMNS = ("run_id", "key", "step", "value", "special", "timestamp")
 
 
 def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
-    """Append metric rows; move each key's latest value forward and its row count up; returns rows written.
+    """Insert metric rows, ignoring (run, key, step) already stored; move each key's latest value forward
+    and its row count up; returns rows written.
 
-    One statement per table and batch: the rows go to the driver's executemany as plain tuples
-    (SQLAlchemy's per-row parameter processing cost more than SQLite's insert itself). A late row
-    with an older step counts, but does not replace the latest value.
+    A step sent twice is stored once (the first value stays): a tracking client that retries a batch or
+    replays its spool cannot duplicate a point. One statement per table and batch: the rows go to the
+    driver's executemany as plain tuples (SQLAlchemy's per-row parameter processing cost more than
+    SQLite's insert itself). A late row with an older step counts, but does not replace the latest value.
     """
-    records = []
-    newest: dict[str, tuple] = {}
-    counts: Counter[str] = Counter()
+    records: dict[tuple[str, int], tuple] = {}
     for key, step, value, timestamp in rows:
         value = float(value)
         rec = (run_id, key, int(step), *((value, None) if math.isfinite(value) else split_value(value)),
                float(timestamp))
-        records.append(rec)
-        counts[key] += 1
-        if key not in newest or rec[2] >= newest[key][2]:
-            newest[key] = rec
+        records.setdefault((key, rec[2]), rec)
     if not records:
         return 0
+    newest: dict[str, tuple] = {}
+    counts: Counter[str] = Counter()
+    for rec in records.values():
+        counts[rec[1]] += 1
+        if rec[1] not in newest or rec[2] > newest[rec[1]][2]:
+            newest[rec[1]] = rec
     conn = s.connection()
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    conn.exec_driver_sql(f"INSERT INTO metrics ({', '.join(_METRIC_COLUMNS)}) "
-                         f"VALUES ({', '.join([mark] * len(_METRIC_COLUMNS))})", records)
+    written = conn.exec_driver_sql(
+        f"INSERT INTO metrics ({', '.join(_METRIC_COLUMNS)}) VALUES ({', '.join([mark] * len(_METRIC_COLUMNS))}) "
+        "ON CONFLICT (run_id, key, step) DO NOTHING", list(records.values())).rowcount
     stmt = _upsert(s)(LatestMetric)
-    newer = stmt.excluded.step >= LatestMetric.step
+    newer = stmt.excluded.step > LatestMetric.step
     conn.execute(stmt.on_conflict_do_update(
         index_elements=["run_id", "key"],
         set_={"n_rows": LatestMetric.n_rows + stmt.excluded.n_rows,
               **{c: case((newer, stmt.excluded[c]), else_=LatestMetric.__table__.c[c])
                  for c in ("step", "value", "special", "timestamp")}},
     ), [{**dict(zip(_METRIC_COLUMNS, rec)), "n_rows": counts[key]} for key, rec in newest.items()])
-    return len(records)
+    if written != len(records):  # some steps were there already (or the driver could not say): recount
+        _recount(s, run_id, list(counts))
+        written = max(written, 0)
+    return written
+
+
+def _recount(s: Session, run_id: int, keys: list[str]) -> None:
+    count = (select(func.count()).select_from(Metric)
+             .where(Metric.run_id == LatestMetric.run_id, Metric.key == LatestMetric.key).scalar_subquery())
+    s.execute(update(LatestMetric).where(LatestMetric.run_id == run_id, LatestMetric.key.in_(keys))
+              .values(n_rows=count))
 
 
 def latest_values(s: Session, run_ids: Sequence[int]) -> dict[int, dict[str, float | None]]:
@@ -275,7 +289,7 @@ def metric_keys(s: Session, run_id: int) -> list[str]:
 
 def read_metrics(s: Session, run_id: int, keys: Sequence[str] | None = None, min_step: int | None = None,
                  max_step: int | None = None) -> dict[str, MetricSeries]:
-    """Series per key, ordered by step (then insertion order for repeated steps)."""
+    """Series per key, ordered by step (one row per step)."""
     run_exists(s, run_id)
     query = select(Metric.key, Metric.step, Metric.value, Metric.timestamp).where(Metric.run_id == run_id)
     if keys is not None:
@@ -286,7 +300,7 @@ def read_metrics(s: Session, run_id: int, keys: Sequence[str] | None = None, min
         query = query.where(Metric.step <= max_step)
     cols: dict[str, tuple[list, list, list]] = {}
     # Core rows on the session's connection: a third faster than ORM rows for long series.
-    for key, step, value, ts in s.connection().execute(query.order_by(Metric.key, Metric.step, Metric.id)):
+    for key, step, value, ts in s.connection().execute(query.order_by(Metric.key, Metric.step)):
         steps, values, stamps = cols.setdefault(key, ([], [], []))
         steps.append(step)
         values.append(value)
@@ -319,7 +333,7 @@ def aggregate_metrics(s: Session, run_ids: Sequence[int], keys: Sequence[str], a
         last = _steps_at_or_before(run_ids, keys, step).subquery()
         query = select(Metric.run_id, Metric.key, Metric.value).join(
             last, (Metric.run_id == last.c.run_id) & (Metric.key == last.c.key) & (Metric.step == last.c.step)
-        ).order_by(Metric.id)  # a repeated step: the row written last wins
+        )
     for run_id, key, value in s.execute(query):
         out[run_id][key] = value
     return out

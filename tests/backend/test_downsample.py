@@ -55,9 +55,10 @@ def test_downsampling_keeps_min_max_and_last_and_never_exceeds_n(sessions, point
     run_id = _log(sessions, points, batches)
     with transaction(sessions) as s:
         series, reduced = read_downsampled(s, run_id, max_points, ["y"], lo, hi)
-    # the stored rows in range, in the order the store defines: step, then write order
-    rows = sorted(((step, n, _stored(v)) for n, (step, v) in enumerate(points)
-                   if (lo is None or step >= lo) and (hi is None or step <= hi)), key=lambda r: r[:2])
+    # the stored rows in range, by step: a step written again is ignored (the first row stays)
+    first_of_step = {step: (n, v) for n, (step, v) in reversed(list(enumerate(points)))}
+    rows = sorted((step, n, _stored(v)) for step, (n, v) in first_of_step.items()
+                  if (lo is None or step >= lo) and (hi is None or step <= hi))
     if not rows:
         assert series == {} and reduced == []
         return
@@ -91,7 +92,8 @@ def test_a_long_series_reduced_to_its_envelope(sessions):
     points = [(step, math.sin(step / 300)) for step in range(10_000)]
     points[4321] = (4321, 50.0)
     points[7777] = (7777, -50.0)
-    points.append((9_999, 0.125))  # a second row at the last step: the later write is the last value
+    last = points[-1]
+    points.append((9_999, 0.125))  # a second row at the last step is ignored: the first value stays
     run_id = _log(sessions, points, batches=3)
     with transaction(sessions) as s:
         series, reduced = read_downsampled(s, run_id, 101, None)
@@ -99,7 +101,7 @@ def test_a_long_series_reduced_to_its_envelope(sessions):
     y = series["y"]
     assert reduced == ["y"] and 90 <= len(y.step) <= 101
     assert (4321, 50.0) in zip(y.step, y.value) and (7777, -50.0) in zip(y.step, y.value)
-    assert (y.step[-1], y.value[-1]) == (full.step[-1], full.value[-1]) == (9_999, 0.125)
+    assert (y.step[-1], y.value[-1]) == (full.step[-1], full.value[-1]) == last
     assert max(y.value) == max(full.value) and min(y.value) == min(full.value)
     with transaction(sessions) as s:  # a zoomed read: finer buckets over the range only
         zoom, _ = read_downsampled(s, run_id, 101, ["y"], 4000, 4999)
@@ -126,3 +128,8 @@ def test_row_counts_follow_every_batch(sessions):
         store.log_metrics(s, run_id, [("y", 3, 9.0, 1.0), ("z", 1, 1.0, 1.0)])  # y: an older step
         assert store.metrics_version(s, run_id) == (4, 2)
         assert store.latest_values(s, [run_id])[run_id] == {"y": 2.0, "z": 1.0}
+        # steps sent again (a retried or replayed batch) are stored once and counted once
+        assert store.log_metrics(s, run_id, [("y", 6, 7.0, 2.0), ("y", 7, 3.0, 2.0), ("y", 7, 4.0, 2.0)]) == 1
+        assert store.metrics_version(s, run_id) == (5, 2)
+        assert store.latest_values(s, [run_id])[run_id] == {"y": 3.0, "z": 1.0}
+        assert store.read_metrics(s, run_id, ["y"])["y"].value == [9.0, 1.0, 2.0, 3.0]

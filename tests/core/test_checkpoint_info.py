@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 
-from aah_core.checkpoint import load_checkpoint, read_checkpoint_info, save_checkpoint
+from safetensors.torch import load_file, save_file
+
+from aah_core.checkpoint import load_checkpoint, read_checkpoint_info, save_checkpoint, verify_checkpoint
 from aah_core.errors import CheckpointError
 
 
@@ -50,3 +53,17 @@ def test_foreign_or_corrupt_files_are_refused(saved):
     (saved / "plan.json").unlink()
     with pytest.raises(CheckpointError, match="missing plan.json"):
         read_checkpoint_info(saved)
+
+
+def test_verify_checks_every_tensor_against_the_config(saved):
+    assert verify_checkpoint(saved).plan.tolist() == [[4, 64], [16, 1]]
+    state = load_file(str(saved / "model.safetensors"))
+    name = sorted(state)[0]
+    state[name] = torch.zeros(3, 5)
+    save_file(state, str(saved / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=rf"shapes do not match the config \({re.escape(name)}: \(3, 5\)"):
+        verify_checkpoint(saved)
+    del state[name]
+    save_file(state, str(saved / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=rf"missing \['{re.escape(name)}'\]"):
+        verify_checkpoint(saved)

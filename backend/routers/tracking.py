@@ -1,0 +1,93 @@
+"""Tracking over HTTP: a training process anywhere creates its run, logs batches and its status, and
+uploads its checkpoint (the client is aah_tracking; contract in docs/api.md, "Tracking")."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from backend.db import transaction
+from backend.deps import SessionDep, SettingsDep
+from backend.errors import ServiceError
+from backend.routers.runs import RunId
+from backend.schemas import RunPublic
+from backend.services import tracking
+from backend.tracking_schemas import (
+    CheckpointFileResult,
+    CheckpointPublic,
+    LogBatch,
+    LogResult,
+    StatusUpdate,
+    TrackedRunCreate,
+    TrackedRunPublic,
+)
+
+router = APIRouter(prefix="/tracking/runs", tags=["tracking"])
+UPLOAD_PATH = r"^/api/v1/tracking/runs/\d+/checkpoint/[^/]+$"  # streamed: exempt from the small-body limit
+FileName = Annotated[str, Path(max_length=64)]
+
+
+class PayloadTooLarge(ServiceError):
+    status_code = 413
+
+
+@router.post("", status_code=200, responses={201: {"model": TrackedRunPublic, "description": "the run was created"}})
+def create_tracked_run(session: SessionDep, body: TrackedRunCreate, response: Response) -> TrackedRunPublic:
+    """Create a tracked run (201), or answer the run already made with this `run_key` (200)."""
+    result = tracking.create_tracked_run(session, body)
+    response.status_code = 201 if result.created else 200
+    return result
+
+
+@router.post("/{run_id}/log")
+def log_batch(session: SessionDep, run_id: RunId, body: LogBatch) -> LogResult:
+    """Metric points and window plans; points and plan steps already stored are ignored."""
+    return tracking.log_batch(session, run_id, body)
+
+
+@router.post("/{run_id}/status")
+def update_status(session: SessionDep, run_id: RunId, body: StatusUpdate) -> RunPublic:
+    """RUNNING, or the run's final status (sent again: no change); optionally a checkpoint reference."""
+    return tracking.set_status(session, run_id, body)
+
+
+@router.put("/{run_id}/checkpoint/{name}")
+async def upload_checkpoint_file(request: Request, settings: SettingsDep, run_id: RunId,
+                                 name: FileName) -> CheckpointFileResult:
+    """One checkpoint file as the raw body: config.json, plan.json or model.safetensors (at most
+    AAH_MAX_UPLOAD_BYTES). POST .../checkpoint afterwards validates and registers the checkpoint."""
+    limit = settings.max_upload_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise PayloadTooLarge(f"{name}: larger than the upload limit of {limit} bytes (AAH_MAX_UPLOAD_BYTES)")
+    with transaction(request.app.state.sessions) as s:
+        tracking.check_upload(s, run_id, name)
+    staging, _ = tracking.checkpoint_dirs(settings.data_dir, run_id)
+    staging.mkdir(parents=True, exist_ok=True)
+    part = staging / f"{name}.part"
+    size = 0
+    try:
+        with part.open("wb") as f:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(f"{name}: larger than the upload limit of {limit} bytes (AAH_MAX_UPLOAD_BYTES)")
+                await run_in_threadpool(f.write, chunk)
+        part.rename(staging / name)
+    finally:
+        part.unlink(missing_ok=True)
+    return CheckpointFileResult(name=name, bytes=size)
+
+
+@router.post("/{run_id}/checkpoint")
+def commit_checkpoint(session: SessionDep, settings: SettingsDep, run_id: RunId) -> CheckpointPublic:
+    """Validate the uploaded files (safetensors + JSON, shapes against the config) and register the model."""
+    try:
+        return tracking.commit_checkpoint(session, run_id, settings.data_dir)
+    except ServiceError:
+        staging, _ = tracking.checkpoint_dirs(settings.data_dir, run_id)
+        shutil.rmtree(staging, ignore_errors=True)  # a refused upload is not kept: send the files again
+        raise

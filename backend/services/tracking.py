@@ -1,0 +1,160 @@
+"""Tracked runs: training processes elsewhere (``aah train --tracking-uri``, ``aah import``) create
+their run, send metric and plan batches and their status, and upload their checkpoint.
+
+Everything is idempotent, because a client retries and replays its spool: a run key names one run,
+a (key, step) metric or a plan step already stored is ignored, a final status sent again changes
+nothing, and a checkpoint uploaded again replaces itself. Runs of other sources (jobs of this
+service, the paper's numbers) refuse these writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import uuid
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from aah_core.checkpoint import FILES, verify_checkpoint
+from aah_core.config import RunConfig
+from aah_core.errors import AAHError
+from aah_core.windows import plan_to_json, validate_plan
+from backend import catalog, store
+from backend.errors import Conflict, InvalidInput, NotFound
+from backend.models import Run
+from backend.schemas import RunPublic
+from backend.tracking_schemas import (
+    CheckpointPublic,
+    LogBatch,
+    LogResult,
+    MetricValue,
+    StatusUpdate,
+    TrackedRunCreate,
+    TrackedRunPublic,
+)
+
+TRACKED_SOURCES = ("tracked", "imported", "suite")
+TRACKED_DIR = "tracked"  # under the data dir: one folder per run with an uploaded checkpoint
+_SPECIAL = {None: math.nan, "nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def create_tracked_run(s: Session, body: TrackedRunCreate) -> TrackedRunPublic:
+    """The run named by ``body.run_key``: created RUNNING the first time, the same run afterwards."""
+    existing = s.scalar(select(Run.id).where(Run.client_key == body.run_key))
+    if existing is not None:
+        return TrackedRunPublic(created=False, run=store.get_run(s, existing))
+    try:
+        config = RunConfig.from_dict(body.config)
+    except (AAHError, KeyError, TypeError, ValueError) as exc:
+        raise InvalidInput(f"config: not a valid run configuration: {exc}") from None
+    try:
+        with s.begin_nested():  # a concurrent create of the same key loses here, and reads the winner
+            run_id = store.create_run(
+                s, name=body.name, experiment=body.experiment, status="RUNNING", preset=body.preset,
+                params=store.flatten_params(config.to_dict()), config=config.to_dict(), seq_len=config.model.seq_len,
+                total_steps=body.total_steps, data_hash=body.data_hash, git_rev=body.git_rev, source=body.source,
+                group=body.group, seed=body.seed, description=body.description, client_key=body.run_key,
+                tags=body.tags)
+            store.update_run(s, run_id, started_at=store.now_ms(), progress_step=body.start_step)
+    except IntegrityError:
+        existing = s.scalar(select(Run.id).where(Run.client_key == body.run_key))
+        if existing is None:
+            raise
+        return TrackedRunPublic(created=False, run=store.get_run(s, existing))
+    return TrackedRunPublic(created=True, run=store.get_run(s, run_id))
+
+
+def _tracked_run(s: Session, run_id: int) -> Run:
+    run = s.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} not found")
+    if run.read_only or run.source not in TRACKED_SOURCES:
+        raise Conflict(f"run {run_id} is a {run.source!r} run; only tracked, imported and suite runs take "
+                       "tracking writes (a job's own worker writes its metrics)")
+    return run
+
+
+def _value(value: MetricValue) -> float:
+    return _SPECIAL[value] if value is None or isinstance(value, str) else float(value)
+
+
+def log_batch(s: Session, run_id: int, body: LogBatch) -> LogResult:
+    """Store a batch of metric points and plans, ignoring what is stored already; move progress forward."""
+    run = _tracked_run(s, run_id)
+    written = store.log_metrics(s, run_id, ((p.key, p.step, _value(p.value), p.time) for p in body.metrics))
+    if body.plans:
+        model = json.loads(run.config_json or "{}").get("model", {})
+        n_layer, n_head, seq_len = model.get("n_layer"), model.get("n_head"), model.get("seq_len")
+        for i, plan in enumerate(body.plans):
+            try:
+                checked = validate_plan(plan.windows, n_layer, n_head, seq_len)
+            except AAHError as exc:
+                raise InvalidInput(f"plans.{i} (step {plan.step}): {exc}") from None
+            store.log_plan(s, run_id, plan.step, plan_to_json(checked, seq_len))
+    if body.step is not None and body.step > (run.progress_step or 0):
+        run.progress_step = body.step
+    return LogResult(run_id=run_id, metrics_written=written, plans_written=len(body.plans))
+
+
+def set_status(s: Session, run_id: int, body: StatusUpdate) -> RunPublic:
+    """RUNNING (a run that is running already), or end the run; the same final status again is a no-op."""
+    run = _tracked_run(s, run_id)
+    if body.step is not None and body.step > (run.progress_step or 0):
+        run.progress_step = body.step
+    if body.checkpoint_ref is not None and not catalog.find_checkpoint_by_path(s, run.checkpoint or ""):
+        run.checkpoint = body.checkpoint_ref  # a reference only: the model stays on the training machine
+    if body.status == "RUNNING":
+        if run.status != "RUNNING":
+            raise Conflict(f"run {run_id} already ended ({run.status}); a run key names one run, start a new one")
+    elif not store.end_run(s, run_id, body.status, body.error) and run.status != body.status:
+        raise Conflict(f"run {run_id} already ended as {run.status}; it cannot become {body.status}")
+    s.flush()
+    s.expire(run)
+    return store.get_run(s, run_id)
+
+
+# ---- checkpoint upload -------------------------------------------------------------------
+
+def checkpoint_dirs(data_dir: Path, run_id: int) -> tuple[Path, Path]:
+    """(staging folder for uploaded files, the run's checkpoint folder), both under the data dir."""
+    root = data_dir / TRACKED_DIR / f"run-{run_id}"
+    return root / ".upload", root / "checkpoint"
+
+
+def check_upload(s: Session, run_id: int, name: str) -> None:
+    """Only the checkpoint's own files (safetensors + JSON), and only to a tracked run."""
+    _tracked_run(s, run_id)
+    if name not in FILES:
+        raise InvalidInput(f"file: {name!r} is not a checkpoint file; upload {', '.join(FILES)} (no pickles)")
+
+
+def commit_checkpoint(s: Session, run_id: int, data_dir: Path) -> CheckpointPublic:
+    """Validate the uploaded files with the engine, move them into place and register the model."""
+    run = _tracked_run(s, run_id)
+    staging, final = checkpoint_dirs(data_dir, run_id)
+    missing = [name for name in FILES if not (staging / name).is_file()]
+    if missing:
+        raise InvalidInput(f"checkpoint: {', '.join(missing)} not uploaded yet; PUT each file first")
+    try:
+        info = verify_checkpoint(staging)
+    except AAHError as exc:
+        raise InvalidInput(f"checkpoint: {exc}".replace(str(staging), "upload")) from None
+    own = json.loads(run.config_json or "{}").get("model")
+    if own is not None and dataclasses.asdict(info.config.model) != own:
+        raise InvalidInput(f"checkpoint: its model config differs from run {run_id}'s; upload the run's own checkpoint")
+    if final.exists():  # an upload again replaces the checkpoint whole
+        old = final.with_name(f".old-{uuid.uuid4().hex[:8]}")
+        final.rename(old)
+        shutil.rmtree(old)
+    staging.rename(final)
+    relative = str(final.relative_to(data_dir))
+    model_id = f"run-{run_id}"
+    catalog.register_checkpoint(s, catalog.CheckpointEntry(
+        id=model_id, name=run.name, path=relative, run_id=run_id, preset=run.preset, fingerprint=None))
+    run.checkpoint = relative
+    return CheckpointPublic(run_id=run_id, model_id=model_id, path=relative, n_params=info.n_params, status=run.status)

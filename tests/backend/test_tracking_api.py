@@ -1,0 +1,121 @@
+"""The tracking API: create (idempotent on the run key), batch log (a step sent twice is stored once),
+status, checkpoint upload (validated, registered as a model), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from aah_core.checkpoint import FILES
+from backend import store
+from backend.db import transaction
+from tests.conftest import DATABASES
+
+API = "/api/v1/tracking/runs"
+pytestmark = pytest.mark.parametrize("client", DATABASES, indirect=True, scope="module")
+
+
+def create(client: TestClient, ckpt: Path, key: str | None = None, **extra: object):
+    config = json.loads((ckpt / "config.json").read_text())["config"]
+    body = {"run_key": key or uuid.uuid4().hex, "name": "far away", "experiment": "elsewhere", "preset": "tiny",
+            "config": config, "data_hash": "abc123", "git_rev": "0123456789ab", "total_steps": 6, **extra}
+    return client.post(API, json=body)
+
+
+def test_create_is_idempotent_on_the_run_key(client, tiny_demo):
+    key = uuid.uuid4().hex
+    first = create(client, tiny_demo, key, group="row-a", seed=2, tags=["gpu"])
+    assert first.status_code == 201, first.text
+    run = first.json()["run"]
+    assert first.json()["created"] and run["source"] == "tracked" and run["status"] == "RUNNING"
+    assert (run["group"], run["seed"], run["tags"], run["data_hash"], run["progress"]["total_steps"]) == \
+        ("row-a", 2, ["gpu"], "abc123", 6)
+    assert run["params"]["model.n_layer"] == "2" and run["params"]["preset"] == "tiny"
+    again = create(client, tiny_demo, key)
+    assert again.status_code == 200 and not again.json()["created"] and again.json()["run"]["id"] == run["id"]
+    assert len(client.get("/api/v1/runs", params={"experiment": "elsewhere", "group": "row-a"}).json()) == 1
+
+
+@pytest.mark.parametrize("body", [{"run_key": "short"}, {"run_key": "has space in it"}, {"config": {"model": 3}},
+                                  {"source": "job"}, {"config": {"train": {"lr": "fast"}}}])
+def test_create_refuses_bad_input(client, tiny_demo, body):
+    r = create(client, tiny_demo, **body) if "run_key" not in body else create(client, tiny_demo, body["run_key"])
+    assert r.status_code == 422 and r.json()["detail"]
+
+
+def test_a_batch_sent_twice_is_stored_once(client, tiny_demo):
+    run_id = create(client, tiny_demo).json()["run"]["id"]
+    batch = {"metrics": [{"key": "train_loss", "step": s, "value": 5.0 - s, "time": 1e9 + s} for s in (1, 2, 3)]
+             + [{"key": "val_loss", "step": 3, "value": "nan", "time": 1e9}],
+             "plans": [{"step": 1, "windows": [[4, None], [16, 8]]}, {"step": 3, "windows": [[2, 2], [None, 64]]}],
+             "step": 3}
+    r = client.post(f"{API}/{run_id}/log", json=batch)
+    assert r.status_code == 200, r.text
+    assert (r.json()["metrics_written"], r.json()["plans_written"]) == (4, 2)
+    again = client.post(f"{API}/{run_id}/log", json=batch)
+    assert again.json()["metrics_written"] == 0
+    series = client.get(f"/api/v1/runs/{run_id}/metrics").json()["series"]
+    assert series["train_loss"]["step"] == [1, 2, 3] and series["train_loss"]["value"] == [4.0, 3.0, 2.0]
+    assert series["val_loss"]["value"] == [None]
+    windows = client.get(f"/api/v1/runs/{run_id}/windows").json()
+    assert windows["steps"] == [1, 3] and windows["windows"] == [[2, 2], [None, None]]  # 64 = seq_len: full
+    assert client.get(f"/api/v1/runs/{run_id}").json()["progress"]["step"] == 3
+
+
+def test_log_refuses_bad_plans_and_foreign_runs(client, tiny_demo):
+    run_id = create(client, tiny_demo).json()["run"]["id"]
+    r = client.post(f"{API}/{run_id}/log", json={"plans": [{"step": 1, "windows": [[4, 4, 4], [4, 4, 4]]}]})
+    assert r.status_code == 422 and "plans.0" in r.json()["detail"]
+    with transaction(client.app.state.sessions) as s:
+        job = store.create_run(s, name="job", experiment="jobs")
+    r = client.post(f"{API}/{job}/log", json={"metrics": []})
+    assert r.status_code == 409 and "'job' run" in r.json()["detail"]
+    paper = client.get("/api/v1/runs", params={"source": "paper"}).json()[0]["id"]
+    assert client.post(f"{API}/{paper}/status", json={"status": "FAILED"}).status_code == 409
+    assert client.post(f"{API}/{10**9}/log", json={}).status_code == 404
+
+
+def test_final_status_is_idempotent(client, tiny_demo):
+    run_id = create(client, tiny_demo).json()["run"]["id"]
+    r = client.post(f"{API}/{run_id}/status", json={"status": "FINISHED", "step": 6, "checkpoint_ref": "/elsewhere/ck"})
+    assert r.status_code == 200 and r.json()["status"] == "FINISHED" and r.json()["checkpoint"] == "/elsewhere/ck"
+    assert client.post(f"{API}/{run_id}/status", json={"status": "FINISHED"}).status_code == 200
+    assert client.post(f"{API}/{run_id}/status", json={"status": "FAILED"}).status_code == 409
+    assert client.post(f"{API}/{run_id}/status", json={"status": "RUNNING"}).status_code == 409
+    assert client.get(f"/api/v1/runs/{run_id}").json()["ended_at"] is not None
+
+
+def upload(client: TestClient, run_id: int, ckpt: Path, replace: dict[str, bytes] | None = None):
+    for name in FILES:
+        data = (replace or {}).get(name, (ckpt / name).read_bytes())
+        r = client.put(f"{API}/{run_id}/checkpoint/{name}", content=data)
+        assert r.status_code == 200 and r.json()["bytes"] == len(data), r.text
+    return client.post(f"{API}/{run_id}/checkpoint")
+
+
+def test_checkpoint_upload_registers_a_model(client, tiny_demo):
+    run_id = create(client, tiny_demo).json()["run"]["id"]
+    r = upload(client, run_id, tiny_demo)
+    assert r.status_code == 200, r.text
+    assert r.json()["model_id"] == f"run-{run_id}" and r.json()["n_params"] > 0
+    models = {m["id"]: m for m in client.get("/api/v1/models").json()}
+    assert models[f"run-{run_id}"]["run_id"] == run_id and models[f"run-{run_id}"]["n_layer"] == 2
+    assert client.get(f"/api/v1/runs/{run_id}").json()["checkpoint"] == f"tracked/run-{run_id}/checkpoint"
+    assert upload(client, run_id, tiny_demo).status_code == 200  # again: replaced, still one model
+    windows = client.get(f"/api/v1/models/run-{run_id}/windows")
+    assert windows.status_code == 200 and windows.json()["windows"] == [[4, None], [16, 8]]
+
+
+def test_checkpoint_upload_refuses_other_files_and_corrupt_weights(client, tiny_demo):
+    run_id = create(client, tiny_demo).json()["run"]["id"]
+    r = client.put(f"{API}/{run_id}/checkpoint/model.pt", content=b"\x80\x04pickle")
+    assert r.status_code == 422 and "no pickles" in r.json()["detail"]
+    assert client.post(f"{API}/{run_id}/checkpoint").status_code == 422  # nothing uploaded yet
+    r = upload(client, run_id, tiny_demo, {"model.safetensors": b"not safetensors at all"})
+    assert r.status_code == 422 and "model.safetensors" in r.json()["detail"]
+    assert f"run-{run_id}" not in {m["id"] for m in client.get("/api/v1/models").json()}
+    assert client.post(f"{API}/{run_id}/checkpoint").status_code == 422  # the refused files were not kept
