@@ -1,5 +1,5 @@
 """The dashboard's only way to the backend: the `AAH_API_URL` setting (read here and nowhere else),
-the shared `ApiClient`, cached GETs and the error line shown when a call fails.
+the shared `ApiClient`, cached reads (CACHEABLE) and the error line shown when a call fails.
 
 A busy API (429, its queue of heavy jobs full) is retried here, after the `Retry-After` it sends
 (at most BUSY_RETRIES times, BUSY_WAIT_MAX_S each), with a "busy, retrying" toast; if it is still
@@ -59,9 +59,18 @@ def _cached(url: str, method: str, args: tuple, kwargs: tuple) -> Any:
     return getattr(get_client(), method)(*args, **dict(kwargs))
 
 
+# Reads that may be served from the cache: GETs of things that do not change under the user's hands,
+# and the POSTs that only compute (evaluate, attention on a posted text, cost), pure functions of their
+# arguments. A call that changes something (create, cancel, update, save a view) is never cached.
+CACHEABLE = frozenset({"models", "model", "model_windows", "model_texts", "presets", "runs", "run_windows",
+                       "evaluate", "attention", "retained_mass", "sensitivity", "cost"})
+
+
 def cached(method: str, *args: Any, **kwargs: Any) -> Any:
-    """A GET that may be served from a 30 s cache (models, texts, maps: things that do not change
-    under the user's hands). Errors are never cached."""
+    """A read in CACHEABLE, served from a 30 s cache when the same call was made (undo/redo of a plan
+    re-asks evaluate). Errors are never cached. Any other method raises ValueError: use `call`."""
+    if method not in CACHEABLE:
+        raise ValueError(f"api.cached({method!r}): not a cacheable read; use api.call for it")
     return _retrying(lambda: _cached(API_URL, method, args, tuple(sorted(kwargs.items()))))
 
 

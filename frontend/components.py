@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from typing import Any, Callable, Sequence
@@ -119,6 +120,24 @@ def app_base_url() -> str:
 def show_figure(fig: go.Figure, name: str, **kwargs: Any) -> Any:
     """st.plotly_chart with exact colours (theme=None) and a stable key."""
     return st.plotly_chart(fig, key=name, theme=None, config=PLOTLY_CONFIG, **kwargs)
+
+
+def picked_head(event: dict | None) -> tuple[int, int] | None:
+    """(layer, head) of the first cell clicked in a window grid's selection event (x: head, y: layer)."""
+    points = ((event or {}).get("selection") or {}).get("points") or []
+    return (int(points[0]["y"]), int(points[0]["x"])) if points else None
+
+
+def _pick_head(page: str, name: str) -> None:
+    picked = picked_head(st.session_state.get(name))
+    if picked is not None:
+        st.session_state[key(page, "layer")], st.session_state[key(page, "head")] = picked
+
+
+def head_grid(fig: go.Figure, page: str, name: str) -> None:
+    """A window grid (figures.window_grid_figure(..., clickable=True)) whose clicked cell becomes the
+    page's layer and head."""
+    show_figure(fig, name, on_select=functools.partial(_pick_head, page, name), selection_mode="points")
 
 
 def metric_badges(result: dict) -> None:

@@ -3,7 +3,6 @@ callbacks that turn widget events into new plans. Kept out of the page file so t
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import streamlit as st
@@ -42,14 +41,6 @@ def _on_cell(hist: H.PlanHistory, wkey: str, layer: int, head: int) -> None:
     label = st.session_state.get(wkey)
     if label is not None:
         _commit(hist, P.set_cell(hist.current, layer, head, P.parse_window(label)))
-
-
-def _on_grid_click(gkey: str) -> None:
-    """A click on a grid cell selects that head for the cell editor."""
-    points = (st.session_state.get(gkey) or {}).get("selection", {}).get("points", [])
-    if points:
-        st.session_state[C.key(PAGE, "layer")] = int(points[0]["y"])
-        st.session_state[C.key(PAGE, "head")] = int(points[0]["x"])
 
 
 def _on_table(hist: H.PlanHistory, tkey: str) -> None:
@@ -153,11 +144,10 @@ def history_buttons(hist: H.PlanHistory) -> None:
 
 
 def grid(model: dict, hist: H.PlanHistory, layer: int, head: int) -> None:
-    gkey = f"editor._grid.{hist.version}"
     st.caption("Window map: click a cell to pick that head · black: picked · red outline: changed vs own plan")
     fig = F.window_grid_figure(hist.current, selected=(layer, head),
                                changed=P.changed_cells(hist.base, hist.current), clickable=True)
-    C.show_figure(fig, gkey, on_select=functools.partial(_on_grid_click, gkey), selection_mode="points")
+    C.head_grid(fig, PAGE, f"editor._grid.{hist.version}")
 
 
 def table_editor(model: dict, hist: H.PlanHistory) -> None:

@@ -1,8 +1,6 @@
 """Attention view: one head's map with its window drawn in, what the window cuts off, and per-head
 retained-mass and sensitivity diagnostics."""
 
-import functools
-
 import streamlit as st
 
 from frontend import api, components as C, figures as F, views
@@ -11,13 +9,6 @@ from frontend import plans as P
 PAGE = "attention"
 st.title("Attention")
 state = C.bind_state(PAGE)
-
-
-def _pick(gkey: str) -> None:
-    points = (st.session_state.get(gkey) or {}).get("selection", {}).get("points", [])
-    if points:
-        st.session_state[C.key(PAGE, "layer")] = int(points[0]["y"])
-        st.session_state[C.key(PAGE, "head")] = int(points[0]["x"])
 
 
 with api.guard("loading the model", stop=True), st.spinner("Loading models and texts..."):
@@ -58,9 +49,8 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
             st.stop()
 
     with st.expander("Pick a head on the model's window map", expanded=False):
-        gkey = f"attention._grid.{model_id}"
-        C.show_figure(F.window_grid_figure(own, selected=(layer, head), clickable=True), gkey,
-                      on_select=functools.partial(_pick, gkey), selection_mode="points")
+        C.head_grid(F.window_grid_figure(own, selected=(layer, head), clickable=True), PAGE,
+                    f"attention._grid.{model_id}")
 
 with api.guard("attention maps"):
 
