@@ -13,6 +13,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from aah_core.errors import CheckpointError
+from aah_core.windows import decode_window
 
 DEFAULT_SEQ_LEN = 1024  # the evaluation context when the model allows more
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
@@ -108,7 +109,7 @@ def layer_windows(config: Any) -> list[int | None]:
 
 def native_plan(config: Any, seq_len: int) -> torch.Tensor:
     """[n_layer, n_head] int64: each layer's native window for all its query heads, clamped to seq_len."""
-    rows = [[seq_len if w is None else min(w, seq_len)] * int(config.num_attention_heads) for w in layer_windows(config)]
+    rows = [[decode_window(w, seq_len)] * int(config.num_attention_heads) for w in layer_windows(config)]
     return torch.tensor(rows, dtype=torch.long)
 
 
