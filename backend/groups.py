@@ -111,7 +111,7 @@ def align(runs: dict[int, tuple[Sequence[int], Sequence[float | None]]], max_poi
 
 def _group_runs(s: Session, *, experiment: str | None = None, group: str | None = None, source: str | None = None,
                 tag: str | None = None) -> dict[tuple[str, str], list[tuple[int, int | None, str]]]:
-    """(experiment, group) -> [(run id, seed, source)] for runs that have a group, oldest first."""
+    """(experiment, group) -> [(run id, seed, source)] for runs that have a group, by seed."""
     query = select(Experiment.name, Run.group_name, Run.id, Run.seed, Run.source).join(Experiment).where(
         Run.group_name.is_not(None))
     if experiment is not None:
@@ -125,6 +125,8 @@ def _group_runs(s: Session, *, experiment: str | None = None, group: str | None 
     out: dict[tuple[str, str], list[tuple[int, int | None, str]]] = defaultdict(list)
     for exp, grp, run_id, seed, src in s.execute(query.order_by(Run.id).limit(MAX_GROUP_RUNS)):
         out[(exp, grp)].append((run_id, seed, src))
+    for runs in out.values():  # by seed (runs without one last), then age
+        runs.sort(key=lambda r: (r[1] is None, r[1] or 0, r[0]))
     return out
 
 

@@ -18,6 +18,8 @@ from sqlalchemy.orm import Session
 
 from aah_core.config import RunConfig
 from aah_core.errors import AAHError
+from aah_core.paper import PAPER_ROWS
+from aah_core.suite import MATCHED_ROWS
 from aah_core.suite_pack import PackedRun, read_pack
 from aah_core.windows import plan_to_json, validate_plan
 from backend import store
@@ -27,6 +29,7 @@ from backend.settings import Settings
 
 logger = logging.getLogger(__name__)
 PACK_PARAM = "suite.pack"
+ROWS = (*PAPER_ROWS, *MATCHED_ROWS)
 
 
 def experiment_name(header: dict) -> str:
@@ -60,7 +63,10 @@ def seed_suite(s: Session, settings: Settings) -> bool:
         with s.begin_nested():  # all of it or nothing: a bad file never leaves half an experiment
             if existing:
                 s.execute(delete(Run).where(Run.id.in_([run_id for run_id, _ in existing])))
-            n = sum(1 for run in runs if _import_run(s, run, header, experiment, fp))
+            # the last imported is listed first (GET /runs is newest first): import in reverse row order,
+            # so the Runs page reads baseline seed 0, seed 1, ..., then the next row
+            ordered = sorted(runs, key=lambda r: (ROWS.index(r.row) if r.row in ROWS else len(ROWS), r.row, r.seed))
+            n = sum(1 for run in reversed(ordered) if _import_run(s, run, header, experiment, fp))
     except AAHError as exc:
         logger.error("shipped suite not imported: %s", exc)
         return False

@@ -83,4 +83,4 @@ def reproduction_figure(ours: Sequence[Mapping[str, Any]], paper: Sequence[Mappi
         fig.update_yaxes(title_text=y_title if col == 1 else None, row=1, col=col,
                          range=[0, 1.05] if ratio else None)
         fig.update_xaxes(tickangle=-30, row=1, col=col)
-    return layout(fig, None, height=420)
+    return layout(fig, f"reproduction · {y_title}: ours (left) beside the paper's (right)", height=440)

@@ -1,0 +1,57 @@
+"""The shipped reproduction in a real browser (issue 12): the ACR page opens on a run whose windows change,
+draws the run's group as a mean with a band, and Compare shows our rows with error bars beside the paper's.
+Each check reads what Plotly drew and compares it with the API."""
+
+import httpx
+import pytest
+
+from backend.settings import SHIPPED_SUITE
+from tests.frontend import stack as S
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not SHIPPED_SUITE.is_file(), reason="no shipped suite file in this checkout")]
+
+
+def _api(stack, path, **params):
+    return httpx.get(f"{stack.api_url}/api/v1{path}", params=params, timeout=60).json()
+
+
+def test_acr_opens_on_a_run_whose_windows_change_and_draws_its_group_band(live):
+    stack, browser = live
+    page = S.open_page(browser, f"{stack.ui_url}/acr")
+    S.wait_for(lambda: "run=" in S.href(page), what="the default run in the URL")
+    run_id = int(S.href(page).split("run=")[1].split("&")[0])
+    run = _api(stack, f"/runs/{run_id}")
+    assert run["source"] == "suite" and run["params"]["controller.mode"] in ("aah", "learned")
+    assert len(set(map(str, [_api(stack, f"/runs/{run_id}/windows", step=s)["windows"]
+                             for s in _api(stack, f"/runs/{run_id}/windows")["steps"]]))) > 1  # windows change
+    page.goto(f"{stack.ui_url}/acr?run={run_id}&keys=val_loss&band=std")
+    drawn = S.wait_for(lambda: S.plot(page, f"group {run['group']}"), what="the group band figure")
+    curve = _api(stack, "/runs/groups/series", experiment=run["experiment"], group=run["group"],
+                 keys="val_loss", max_points=2000)["series"]["val_loss"]
+    mean = next(t for t in drawn["data"] if "(mean ± 1 std, n=" in (t["name"] or ""))
+    assert mean["x"] == curve["step"] and mean["y"] == pytest.approx(curve["mean"], rel=1e-9)
+    upper = drawn["data"][0]["y"]  # the band's upper edge: mean + std
+    assert upper == pytest.approx([m + s for m, s in zip(curve["mean"], curve["std"])], rel=1e-9)
+    page.screenshot(path=str(S.ARTIFACTS / "acr-group.png"), full_page=True)
+    page.close()
+
+
+def test_compare_shows_our_rows_with_error_bars_beside_the_papers(live):
+    stack, browser = live
+    page = S.open_page(browser, f"{stack.ui_url}/compare?mode=reproduction")
+    drawn = S.wait_for(lambda: S.plot(page, "reproduction"), what="the reproduction figure")
+    groups = {g["group"]: g["stats"]["val_loss"] for g in _api(stack, "/runs/groups", source="suite", keys="val_loss")}
+    ours, paper = drawn["data"]
+    assert set(ours["x"]) == set(groups)
+    for row, y, err in zip(ours["x"], ours["y"], ours["error_y"]):  # mean, and ±1 sample std as the error bar
+        assert y == pytest.approx(groups[row]["mean"], rel=1e-9) and err == pytest.approx(groups[row]["std"], rel=1e-9)
+        assert groups[row]["n"] == 3
+    reported = {r["group"]: r["summary"]["val_loss"] for r in _api(stack, "/runs", source="paper")
+                if r["params"]["table"].startswith("Table 1")}
+    assert dict(zip(paper["x"], paper["y"])) == pytest.approx(reported)
+    text = page.locator(".js-plotly-plot").filter(has_text="reproduction").first.text_content()
+    assert "ours · suite · mini scale" in text and "paper · Table 1" in text  # each side says its source and scale
+    page.screenshot(path=str(S.ARTIFACTS / "reproduction.png"), full_page=True)
+    S.copy_artifact(S.ARTIFACTS / "reproduction.png", S.ROOT / "docs" / "reproduction.png")
+    page.close()
