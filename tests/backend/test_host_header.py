@@ -20,7 +20,7 @@ API = "/api/v1"
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     base = tmp_path_factory.mktemp("hosts")
-    env = {"AAH_SEED_DEMO": "false", "AAH_SEED_PAPER": "false"}  # AAH_ALLOWED_HOSTS unset: the default
+    env = {"AAH_SEED_DEMO": "false", "AAH_SEED_PAPER": "false", "AAH_SEED_SUITE": "false"}  # AAH_ALLOWED_HOSTS unset
     with running_api(base / "data", base / "api.log", env) as url:
         yield url
 

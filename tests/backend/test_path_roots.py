@@ -33,7 +33,8 @@ def live(tmp_path_factory):
     (corpora / "ok.txt").write_text("def f(x):\n    return x + 1\n" * 400)
     (data / "escape.txt").symlink_to(outside / "secret.txt")
     (corpora / "escape-dir").symlink_to(outside, target_is_directory=True)
-    env = {"AAH_CORPUS_DIRS": str(corpora), "AAH_SEED_DEMO": "false", "AAH_SEED_PAPER": "false"}
+    env = {"AAH_CORPUS_DIRS": str(corpora), "AAH_SEED_DEMO": "false", "AAH_SEED_PAPER": "false",
+           "AAH_SEED_SUITE": "false"}
     with running_api(data, base / "api.log", env) as url:
         with httpx.Client(base_url=url + API, timeout=30) as client:
             yield client, data, corpora, outside

@@ -19,7 +19,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 def _settings(data_dir: Path, root: Path) -> Settings:
     return Settings(data_dir=data_dir, model_dirs=str(root), api_token=TOKEN, seed_demo=False, seed_paper=False,
-                    preload_models=False)
+                    seed_suite=False, preload_models=False)
 
 
 @pytest.fixture(scope="module")

@@ -78,7 +78,7 @@ def _counts(engine: Engine) -> dict[str, int]:
 @pytest.fixture
 def old_store(tmp_path: Path) -> tuple[Settings, dict[str, int]]:
     previous, _ = _revisions()
-    settings = Settings(data_dir=tmp_path, seed_demo=False, seed_paper=False, preload_models=False)
+    settings = Settings(data_dir=tmp_path, seed_demo=False, seed_paper=False, seed_suite=False, preload_models=False)
     engine = make_engine(settings.db_path)
     migrate(engine, previous)
     _fill(engine)
