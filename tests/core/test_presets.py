@@ -104,14 +104,18 @@ def test_resumed_control_decides_like_the_uninterrupted_run(tmp_path):
     constant_lr = {"train.min_lr_ratio": 1.0, "train.warmup_steps": 0, "train.eval_every": 100,
                    "controller.control_interval": 2, "controller.warmup_steps": 2}
     whole = Plans()
-    train(small("full_adaptive", **constant_lr, **{"train.max_steps": 7}), tmp_path / "a", [whole])
+    train(small("full_adaptive", **constant_lr, **{"train.max_steps": 8}), tmp_path / "a", [whole])
     train(small("full_adaptive", **constant_lr, **{"train.max_steps": 6}), tmp_path / "b")
     resumed = Plans()
-    train(small("full_adaptive", **constant_lr, **{"train.max_steps": 7}), tmp_path / "c", [resumed], resume=tmp_path / "b")
-    # step 6 is a control step (warmup 2, interval 2); it decides from the saved EMA, grouping and observations
+    train(small("full_adaptive", **constant_lr, **{"train.max_steps": 8}), tmp_path / "c", [resumed], resume=tmp_path / "b")
+    # step 6 (the 7th) is a control step (warmup 2, interval 2); it decides from the saved EMA, grouping and
+    # observations
+    assert whole.metrics[6]["ctrl/control_step"] == resumed.metrics[0]["ctrl/control_step"] == 1.0
     assert torch.equal(whole.plans[-1], resumed.plans[-1])
-    assert whole.metrics[-1]["ctrl/control_step"] == resumed.metrics[-1]["ctrl/control_step"] == 1.0
-    # the controller state after the resumed step equals the uninterrupted one
+    # the optimizer moments and generators resume too: the step after the first resumed update has the
+    # uninterrupted run's loss
+    assert resumed.metrics[1]["train_loss"] == pytest.approx(whole.metrics[7]["train_loss"], abs=1e-6)
+    # the controller state at the end equals the uninterrupted one
     assert load_checkpoint(tmp_path / "a").controller_state == load_checkpoint(tmp_path / "c").controller_state
 
 
