@@ -131,3 +131,28 @@ def test_the_worker_refuses_an_outside_corpus_itself(tmp_path):
     assert run.status == "FAILED" and "allowed root" in run.error and str(data) in run.error
     assert str(outside) not in run.error and str(len(SECRET)) not in run.error
     assert not (data / "runs" / str(run_id) / "checkpoint").exists()
+
+
+def test_model_roots_default_to_data_models_and_the_hf_cache_when_it_exists(tmp_path, monkeypatch):
+    from backend.settings import Settings
+
+    monkeypatch.delenv("AAH_MODEL_DIRS", raising=False)
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    data = tmp_path / "data"
+    home = tmp_path / "hf-home"
+    monkeypatch.setenv("HF_HOME", str(home))
+    assert Settings(data_dir=data).model_roots == [data.resolve() / "models"]  # no cache on disk: not a root
+    (home / "hub").mkdir(parents=True)
+    assert Settings(data_dir=data).model_roots == [data.resolve() / "models", (home / "hub").resolve()]
+    hub = tmp_path / "hub-cache"
+    hub.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))  # HF_HUB_CACHE wins over HF_HOME, as in huggingface_hub
+    assert Settings(data_dir=data).model_roots == [data.resolve() / "models", hub.resolve()]
+    monkeypatch.setenv("AAH_MODEL_DIRS", f"{tmp_path / 'a'},{tmp_path / 'b'}")  # set: exactly these
+    assert Settings(data_dir=data).model_roots == [(tmp_path / "a").resolve(), (tmp_path / "b").resolve()]
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.delenv("HF_HOME")
+    monkeypatch.delenv("AAH_MODEL_DIRS")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    (tmp_path / "user" / ".cache" / "huggingface" / "hub").mkdir(parents=True)  # the default cache
+    assert Settings(data_dir=data).model_roots[1] == (tmp_path / "user" / ".cache" / "huggingface" / "hub").resolve()

@@ -1,6 +1,7 @@
 """Every page under AppTest with a fake API client: renders, widgets drive the right calls, URL state
 round-trips, and failures show an error line instead of a traceback."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -319,3 +320,26 @@ def test_attention_on_a_long_own_text_says_what_is_shown_and_moves_the_span(fake
     at.slider(key="attention._offset").set_value(20).run()
     assert fake_api.called("attention")[-1][2]["offset"] == 20
     assert any("Showing tokens 21–26 of 40" in w.value for w in at.warning) and not at.exception
+
+
+def test_editor_offers_a_hugging_face_model_with_its_native_windows_and_context_buckets(fake_api, monkeypatch):
+    """An HF model as the API lists it: family in the picker, its own (native sliding/global) plan on the
+    window map and evaluated, window choices the powers of two below its context plus full."""
+    native = [[8, 8, 8, 8], [None, None, None, None]]  # a sliding layer, then a global one
+    hf = {"id": "gemma-tiny", "name": "gemma-tiny", "n_layer": 2, "n_head": 4, "seq_len": 32, "preset": None,
+          "buckets": [1, 2, 4, 8, 16, None], "n_params": 5000, "run_id": None, "family": "gemma3",
+          "dtype": "float32"}
+    demo = fake_api.models()[0]
+    monkeypatch.setattr(fake_api, "models", lambda: [demo, hf])
+    own_windows = fake_api.model_windows
+    monkeypatch.setattr(fake_api, "model_windows", lambda model_id: {**own_windows(model_id), "windows": native}
+                        if model_id == "gemma-tiny" else own_windows(model_id))
+    at = page("editor", model="gemma-tiny")
+    assert not at.exception
+    picker = at.selectbox(key="editor.model")
+    assert picker.value == "gemma-tiny" and "gemma3, 2×4 heads, T=32" in picker.format_func("gemma-tiny")
+    assert fake_api.called("evaluate")[-1][1] == ("gemma-tiny", native)
+    assert at.pills[0].options == ["1", "2", "4", "8", "16", "full"]
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    cells = next(t for c in charts for t in c["data"] if t.get("name") == "cells")  # the window map's cells
+    assert cells["text"] == ["8"] * 4 + ["full"] * 4
