@@ -43,6 +43,7 @@ COPY aah_core ./aah_core
 COPY backend ./backend
 COPY frontend ./frontend
 COPY aah_client ./aah_client
+COPY aah_tracking ./aah_tracking
 COPY aah_launcher ./aah_launcher
 COPY bench ./bench
 COPY data ./data

@@ -44,6 +44,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     callbacks = [JsonlSink(metrics), PlanJsonlSink(plans, config.model.seq_len)]
     if not args.quiet:
         callbacks.append(ProgressBar())
+    for make in getattr(args, "train_callbacks", ()):  # added from outside the engine (aah_tracking)
+        extra = make(args, config, out)
+        if extra is not None:
+            callbacks.append(extra)
     result = train(config, out, callbacks, resume=args.resume)
     print(f"{result.status} at step {result.step}: checkpoint {result.checkpoint}")
     return 0

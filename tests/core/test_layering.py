@@ -14,7 +14,7 @@ import aah_core
 
 ENGINE = Path(aah_core.__file__).resolve().parent
 FORBIDDEN = {"fastapi", "sqlalchemy", "alembic", "streamlit", "uvicorn", "httpx", "starlette",
-             "backend", "frontend", "aah_client", "aah_launcher"}
+             "backend", "frontend", "aah_client", "aah_launcher", "aah_tracking"}
 
 
 def imported_modules(source: str) -> set[str]:

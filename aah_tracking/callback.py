@@ -1,0 +1,192 @@
+"""`TrackingCallback`: a training run reported to a server as it trains, never slowing or stopping it.
+
+The training thread only appends to in-memory buffers. A background thread turns them into batches
+(every ``flush_steps`` steps or ``flush_s`` seconds, at most ``MAX_POINTS`` points a request) and
+sends them with retries. When the server cannot be reached, or refuses (a bad token), the batches go
+to the spool and a line says so once; an unreachable server is tried again every ``reconnect_s``
+seconds and, once back, gets the spool replayed before anything new. At the end the checkpoint is
+uploaded (or, with ``upload=False``, recorded as a reference) and the final status sent; whatever
+could not be sent stays in the spool for `aah sync`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aah_core.config import RunConfig
+from aah_core.train import Callback
+from aah_core.windows import plan_to_json
+from aah_tracking.spool import Spool, replay
+from aah_tracking.transport import Op, Refused, Transport, Unreachable
+
+MAX_POINTS = 2_000  # metric points per request: well under the server's 1 MB body limit
+
+
+def _say(line: str) -> None:
+    print(f"aah tracking: {line}", file=sys.stderr, flush=True)
+
+
+def metric_value(value: float) -> float | str:
+    """A metric as the API takes it: a finite number, or "nan" / "inf" / "-inf"."""
+    value = float(value)
+    if math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+def log_ops(run_key: str, points: list[dict[str, Any]], plans: list[dict[str, Any]], step: int | None) -> list[Op]:
+    """Log operations for buffered points and plans, chunked to at most MAX_POINTS points each."""
+    chunks = [points[i:i + MAX_POINTS] for i in range(0, len(points), MAX_POINTS)] or [[]]
+    ops = [{"op": "log", "run_key": run_key, "body": {"metrics": chunk, "plans": [], "step": step}}
+           for chunk in chunks]
+    ops[-1]["body"]["plans"] = plans
+    return ops
+
+
+class TrackingCallback(Callback):
+    """Reports one run to the server at ``transport``; spools to ``spool`` what does not get through."""
+
+    def __init__(self, transport: Transport, spool: Spool, config: RunConfig, *, name: str,
+                 experiment: str = "tracked", group: str | None = None, tags: list[str] | None = None,
+                 upload: bool = True, flush_steps: int = 50, flush_s: float = 2.0, reconnect_s: float = 10.0,
+                 final_timeout_s: float = 300.0, say: Callable[[str], None] = _say) -> None:
+        self.transport, self.spool, self.config = transport, spool, config
+        self.run_key = f"run-{uuid.uuid4().hex}"
+        self.identity = {"name": name, "experiment": experiment, "group": group, "tags": tags or []}
+        self.upload, self.flush_steps, self.flush_s = upload, flush_steps, flush_s
+        self.reconnect_s, self.final_timeout_s, self.say = reconnect_s, final_timeout_s, say
+        self.mode = "online"  # online | offline (unreachable: retried) | refused (no retries)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._points: list[dict[str, Any]] = []
+        self._plans: list[dict[str, Any]] = []
+        self._steps = 0  # steps buffered since the last batch
+        self._step: int | None = None
+        self._final: list[Op] | None = None
+        self._checkpoint: Path | None = None
+        self._create: Op | None = None
+        self._spooled = False
+        self._last_try = 0.0
+        self._thread: threading.Thread | None = None
+
+    # -- the training thread ----------------------------------------------------------------
+
+    def on_start(self, info: dict[str, Any]) -> None:
+        self._create = {"op": "create", "run_key": self.run_key, "body": {
+            "run_key": self.run_key, **self.identity, "source": "tracked", "preset": self.config.preset, "config": self.config.to_dict(),
+            "data_hash": info.get("data_hash"), "git_rev": info.get("git_rev"), "seed": self.config.train.seed,
+            "total_steps": info.get("total_steps"), "start_step": info.get("start_step", 0)}}
+        self._thread = threading.Thread(target=self._run, name="aah-tracking", daemon=True)
+        self._thread.start()
+
+    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        now = time.time()
+        with self._lock:
+            self._points.extend({"key": k, "step": step, "value": metric_value(v), "time": now}
+                                for k, v in metrics.items())
+            self._step = step
+            self._steps += 1
+            due = self._steps >= self.flush_steps
+        if due:
+            self._wake.set()
+
+    def on_plan(self, step: int, plan: torch.Tensor) -> None:
+        windows = plan_to_json(plan, self.config.model.seq_len)
+        with self._lock:
+            self._plans.append({"step": step, "windows": windows})
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        self._checkpoint = Path(path).resolve()
+
+    def on_end(self, status: str, error: str | None) -> None:
+        if self._thread is None:
+            return
+        final: list[Op] = []
+        body: dict[str, Any] = {"status": status, "error": error, "step": self._step}
+        if self._checkpoint is not None and status != "FAILED":
+            if self.upload:
+                final.append({"op": "checkpoint", "run_key": self.run_key, "path": str(self._checkpoint)})
+            else:
+                body["checkpoint_ref"] = str(self._checkpoint)
+        final.append({"op": "status", "run_key": self.run_key, "body": body})
+        with self._lock:
+            self._final = final
+        self._wake.set()
+        self._thread.join(self.final_timeout_s)
+        if self._thread.is_alive():
+            self.say(f"still sending after {self.final_timeout_s:.0f} s; training is done, the rest is lost "
+                     f"unless the spool {self.spool.path} has it")
+        elif self.spool.path.is_file():
+            self.say(f"{len(self.spool.read())} operations are spooled in {self.spool.path}; send them with "
+                     f"`aah sync {self.spool.path}`")
+        self.transport.close()
+
+    # -- the sender thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._deliver([self._create])
+            while True:
+                self._wake.wait(self.flush_s)
+                self._wake.clear()
+                with self._lock:
+                    points, plans, step, final = self._points, self._plans, self._step, self._final
+                    self._points, self._plans, self._steps = [], [], 0
+                if points or plans:
+                    self._deliver(log_ops(self.run_key, points, plans, step))
+                if final is not None:
+                    if self.mode == "offline":
+                        self._reconnect()
+                    self._deliver(final)
+                    return
+                if self.mode == "offline" and time.monotonic() - self._last_try >= self.reconnect_s:
+                    self._reconnect()
+        except Exception as exc:  # tracking never stops training: say it once and stop tracking
+            self.say(f"stopped after an unexpected error ({type(exc).__name__}: {exc})")
+
+    def _deliver(self, ops: list[Op]) -> None:
+        for op in ops:
+            if self.mode == "online":
+                try:
+                    self.transport.send(op)
+                    continue
+                except Unreachable as exc:
+                    self.mode, self._last_try = "offline", time.monotonic()
+                    self.say(f"{exc}; spooling to {self.spool.path} and retrying every {self.reconnect_s:g} s")
+                except Refused as exc:
+                    self.mode = "refused"
+                    why = "refused the token" if exc.status in (401, 403) else "refused a request"
+                    self.say(f"the server {why} ({exc}); training goes on, spooling to {self.spool.path} "
+                             f"(send later with `aah sync`)")
+            self._to_spool(op)
+
+    def _to_spool(self, op: Op) -> None:
+        ops = [op] if self._spooled or op is self._create else [self._create, op]
+        self.spool.append(ops)  # a spool starts with the create operation, so it replays on its own
+        self._spooled = True
+
+    def _reconnect(self) -> None:
+        self._last_try = time.monotonic()
+        if not self.transport.alive():
+            return
+        try:
+            sent = replay(self.transport, self.spool.read())
+        except Unreachable:
+            return
+        except Refused as exc:
+            self.mode = "refused"
+            self.say(f"the server refused the spooled operations ({exc}); they stay in {self.spool.path}")
+            return
+        self.spool.clear()
+        self._spooled = False
+        self.mode = "online"
+        self.say(f"reconnected to {self.transport.uri}; {sent} spooled operations replayed")

@@ -1,0 +1,109 @@
+"""Sending tracking operations to the server (docs/api.md, "Tracking"), with retries and backoff.
+
+An operation is a small JSON-able dict, the same in memory, in a spool file and in an import:
+``{"op": "create", "run_key", "body"}``, ``{"op": "log", "run_key", "body"}``,
+``{"op": "status", "run_key", "body"}`` and ``{"op": "checkpoint", "run_key", "path"}``. Every one is
+idempotent on the server, so sending one again (a retry, a replayed spool) is always safe.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from aah_core.checkpoint import FILES
+
+Op = dict[str, Any]
+PREFIX = "/api/v1/tracking/runs"
+RETRY_STATUSES = (500, 502, 503, 504)  # the server is there but not able to answer now
+
+
+class Unreachable(Exception):
+    """The server could not be reached or kept failing (connection refused, timeout, 5xx)."""
+
+
+class Refused(Exception):
+    """The server answered with a 4xx: a bad or missing token, or a request it will not take."""
+
+    def __init__(self, status: int | None, detail: str) -> None:
+        super().__init__(f"{status}: {detail}" if status else detail)
+        self.status = status
+        self.detail = detail
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    return str(detail) if detail else (response.text.strip()[:300] or response.reason_phrase)
+
+
+class Transport:
+    """One server; remembers the run id the server gave each run key."""
+
+    def __init__(self, uri: str, token: str | None = None, timeout_s: float = 10.0, retries: int = 3,
+                 backoff_s: float = 0.5) -> None:
+        self.uri = uri.rstrip("/")
+        self.retries = retries
+        self.backoff_s = backoff_s
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=self.uri, headers=headers, timeout=httpx.Timeout(timeout_s, connect=3.0))
+        self.run_ids: dict[str, int] = {}
+
+    def send(self, op: Op) -> dict[str, Any]:
+        """Send one operation; raises Unreachable (try later) or Refused (will not be taken as it is)."""
+        key = op["run_key"]
+        if op["op"] == "create":
+            answer = self._request("POST", PREFIX, json=op["body"])
+            self.run_ids[key] = answer["run"]["id"]
+            return answer
+        if key not in self.run_ids:
+            raise Refused(None, f"run key {key!r} has no run on {self.uri}: its create operation was not sent")
+        url = f"{PREFIX}/{self.run_ids[key]}"
+        if op["op"] == "log":
+            return self._request("POST", f"{url}/log", json=op["body"])
+        if op["op"] == "status":
+            return self._request("POST", f"{url}/status", json=op["body"])
+        if op["op"] == "checkpoint":
+            for name in FILES:
+                self._request("PUT", f"{url}/checkpoint/{name}", file=Path(op["path"]) / name)
+            return self._request("POST", f"{url}/checkpoint")
+        raise ValueError(f"unknown tracking operation {op['op']!r}")
+
+    def alive(self) -> bool:
+        """Whether the server answers its health check now (one try, no retries)."""
+        try:
+            return self.http.get("/api/v1/health").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _request(self, method: str, url: str, json: Any = None, file: Path | None = None) -> dict[str, Any]:
+        problem = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                if file is not None:
+                    with file.open("rb") as content:  # streamed; opened again on a retry
+                        response = self.http.request(method, url, content=content)
+                else:
+                    response = self.http.request(method, url, json=json)
+            except httpx.HTTPError as exc:
+                problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                continue
+            except OSError as exc:
+                raise Refused(None, f"cannot read {file}: {exc}") from None
+            if response.status_code in RETRY_STATUSES:
+                problem = f"{response.status_code}: {_detail(response)}"
+                continue
+            if response.status_code >= 400:
+                raise Refused(response.status_code, _detail(response))
+            return response.json()
+        raise Unreachable(f"{self.uri} did not answer ({problem})")
