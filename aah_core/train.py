@@ -8,6 +8,7 @@ gloo on CPU, nccl on GPU; rank 0 evaluates, reports and writes checkpoints.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -26,6 +27,8 @@ from aah_core.evaluate import evaluate_loss, model_device
 from aah_core.model import WindowedGPT
 from aah_core.train_state import capture_train_state, restore_train_state
 from aah_core.windows import coverage_metrics, plan_to_json, window_fractions
+
+logger = logging.getLogger(__name__)
 
 
 class Callback:
@@ -221,6 +224,7 @@ class _Run:
     callbacks: list[Callback]
     meta: dict[str, Any]
     good_evals: int = 0  # consecutive evaluations that met the early-stop rule
+    completed: int = 0  # the last step whose update reached the weights
     reported: torch.Tensor | None = None  # the last plan passed to on_plan
 
     def checkpoint(self, step: int) -> Path:
@@ -253,6 +257,7 @@ def optimize_step(run: _Run, ddp: torch.nn.Module, step: int) -> dict[str, float
     if tcfg.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(run.model.parameters(), tcfg.grad_clip)
     run.optimizer.step()
+    run.completed = step + 1
     if run.device.type == "cuda":
         torch.cuda.synchronize(run.device)  # kernels run asynchronously: time their end, not their launch
     elapsed = time.perf_counter() - t0
@@ -283,7 +288,10 @@ def report(run: _Run, done: int, metrics: dict[str, float]) -> None:
     for cb in run.callbacks:
         cb.on_metrics(done, metrics)
     if tcfg.checkpoint_every and done % tcfg.checkpoint_every == 0 and run.rank == 0:
-        run.checkpoint(done)
+        try:
+            run.checkpoint(done)
+        except Exception as exc:  # noqa: BLE001 - e.g. a full disk: keep training; the final checkpoint tries again
+            logger.warning("step %d: checkpoint not written (%s)", done, exc)
 
 
 def stop_reason(run: _Run) -> str | None:
@@ -311,7 +319,7 @@ def train(
     optimizer = build_optimizer(model, controller, config)
     meta = {"data_hash": data.data_hash, "git_rev": _git_rev(), "preset": config.preset, "n_params": model.num_params()}
     run = _Run(config, Path(out_dir), device, rank, distributed, model, controller, data, optimizer,
-               list(callbacks) if rank == 0 else [], meta)
+               list(callbacks) if rank == 0 else [], meta, completed=start_step)
     saved = read_train_state(resume) if resume is not None else None
     if saved is not None:
         run.good_evals = restore_train_state(saved, optimizer, device)
@@ -329,6 +337,11 @@ def train(
         step = step + 1 if config.train.max_steps > start_step else start_step
         path = run.checkpoint(step) if rank == 0 else run.out_dir
     except BaseException as exc:
+        if rank == 0 and run.completed > start_step:  # every exit path keeps the weights trained so far
+            try:
+                run.checkpoint(run.completed)
+            except Exception as ckpt_exc:  # noqa: BLE001 - the original error is the one to report
+                logger.error("step %d: no checkpoint after the error (%s)", run.completed, ckpt_exc)
         for cb in run.callbacks:
             cb.on_end("FAILED", f"{exc.__class__.__name__}: {exc}")
         raise

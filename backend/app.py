@@ -10,8 +10,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from sqlalchemy.exc import DBAPIError
 
-from backend import __version__, migrate
+from backend import __version__, migrate, preflight
 from backend.db import make_engine, make_session_factory, transaction
 from backend.deps import require_token
 from backend.errors import install_error_handlers
@@ -35,9 +36,12 @@ METRICS_CACHE_ITEMS = 256  # serialised metric responses kept (a few MB at most 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(settings.db_url)
-    migrate.upgrade(engine)
+    preflight.check(settings)
+    try:
+        engine = make_engine(settings.db_url)
+        migrate.upgrade(engine)
+    except (DBAPIError, OSError) as exc:
+        raise preflight.store_error(settings, exc) from None
     sessions = make_session_factory(engine)
     app.state.jobs = JobManager(settings, sessions)
     app.state.jobs.start_reconciling()  # runs a previous server left active, and their stray workers
@@ -92,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router, prefix=API_PREFIX)
     app.add_middleware(CORSMiddleware, allow_origins=settings.ui_origins, allow_credentials=False,
                        allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"], allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(preflight.OneLineStartupErrors)  # lifespan only: a storage fault in one line
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, streamed=tracking.UPLOAD_PATH)
     app.add_middleware(HostCheck)  # outermost: a foreign Host gets nothing, not even CORS headers
     return app

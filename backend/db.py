@@ -42,27 +42,27 @@ def parse_database_url(url: str) -> URL:
     return parsed
 
 
-def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001 (DB-API objects)
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    # NORMAL is durable across application crashes in WAL mode (only an OS crash can lose
-    # the last transactions), and much faster than FULL for the metrics sink.
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.close()
-
-
-def make_engine(target: str | Path) -> Engine:
+def _pragmas(busy_timeout_ms: int):  # noqa: ANN202 - a connect-event listener
+    def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001 (DB-API objects)
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        # NORMAL is durable across application crashes in WAL mode (only an OS crash can lose
+        # the last transactions), and much faster than FULL for the metrics sink.
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+    return _on_connect
+def make_engine(target: str | Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Engine:
     """An engine on a store URL, or on a SQLite file path (created if missing, pragmas above)."""
     url = parse_database_url(sqlite_url(target) if isinstance(target, Path) else target)
     if url.get_backend_name() == "postgresql":
         return create_engine(url, pool_pre_ping=True, **POOL)
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
                            **POOL)
-    event.listen(engine, "connect", _on_connect)
+    event.listen(engine, "connect", _pragmas(busy_timeout_ms))
     return engine
 
 

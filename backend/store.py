@@ -174,6 +174,10 @@ def update_run(s: Session, run_id: int, **fields: object) -> None:
         setattr(run, key, value)
 
 
+def is_active(s: Session, run_id: int) -> bool:
+    return _run_row(s, run_id).status in ACTIVE_STATUSES
+
+
 def end_run(s: Session, run_id: int, status: str, error: str | None = None) -> bool:
     """Move an active run to a final status; a run that already ended is left alone."""
     result = s.execute(update(Run).where(Run.id == run_id, Run.status.in_(ACTIVE_STATUSES))

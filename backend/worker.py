@@ -57,6 +57,9 @@ def run_job(db_url: str, run_id: int, data_dir: Path, roots: list[Path] | None =
         engine.dispose()
     if sink.recorded_end:
         logger.info("run %d ended %s at step %d", run_id, result.status, result.step)
+    elif sink.backlog():  # the service replays the spool once this process has exited
+        logger.warning("run %d stopped %s at step %d; the store was unavailable, its end waits in %s",
+                       run_id, result.status, result.step, sink.spool_path)
     else:  # the service ended the run first (e.g. it found it orphaned): its record stands
         logger.warning("run %d stopped %s at step %d, but the store already had its end; not recorded",
                        run_id, result.status, result.step)

@@ -27,7 +27,7 @@ from aah_core.errors import AAHError
 from aah_core.config import apply_overrides
 from aah_core.paths import confine_data_paths
 from aah_core.presets import get_preset
-from backend import store
+from backend import spool, store
 from backend.db import transaction
 from backend.services import workers
 from backend.errors import Conflict, InvalidInput, Unavailable
@@ -66,7 +66,7 @@ class JobManager:
     def reconcile(self, run_ids: list[int] | None = None) -> list[int]:
         """End the active job runs that no live worker serves (stopping orphaned workers first)."""
         with self._lock:  # start() holds it from creating a run until its worker is in the table
-            own = set(self._jobs)
+            own = {rid for rid, job in self._jobs.items() if not job.done.is_set()}
             return workers.reconcile(self.sessions, self.settings.data_dir, own, self.settings.job_grace_s,
                                      run_ids)
 
@@ -150,6 +150,8 @@ class JobManager:
     def _watch(self, job: Job) -> None:
         code = job.process.wait()
         try:
+            # what the worker could not write (the store was locked or full) waits in its spool
+            spool.replay(self.sessions, job.run_id, spool.spool_path(self.settings.data_dir, job.run_id))
             if job.cancelled.is_set():
                 status, error = "KILLED", workers.CANCELLED
             elif code < 0:
@@ -159,7 +161,7 @@ class JobManager:
             with transaction(self.sessions) as s:
                 if store.end_run(s, job.run_id, status, error):  # no-op when the worker reported its end
                     logger.warning("run %d: %s (%s)", job.run_id, status, error)
-        except Exception:
+        except Exception:  # the reconciler tries again later: the run has no live worker now
             logger.exception("run %d: could not record the end of the worker", job.run_id)
         finally:
             job.done.set()

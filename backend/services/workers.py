@@ -28,7 +28,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend import store
+from backend import spool, store
 from backend.db import transaction
 
 logger = logging.getLogger(__name__)
@@ -154,6 +154,15 @@ def foreign_live_workers(sessions: sessionmaker[Session], data_dir: Path, own: C
     return sum(run.id not in own and live_worker(run, data_dir) is not None for run in runs)
 
 
+def _replay(sessions: sessionmaker[Session], run_id: int, data_dir: Path) -> bool | None:
+    """Write a dead worker's spool into the store: whether it recorded the run's end; None on failure."""
+    try:
+        return spool.replay(sessions, run_id, spool.spool_path(data_dir, run_id))
+    except spool.STORE_ERRORS as exc:
+        logger.warning("run %d: its spool could not be written yet (%s)", run_id, exc)
+        return None
+
+
 def reconcile(sessions: sessionmaker[Session], data_dir: Path, own: Collection[int], grace_s: float,
               run_ids: Collection[int] | None = None) -> list[int]:
     """Settle active job runs that have no live worker of a live server; returns the runs ended.
@@ -171,11 +180,15 @@ def reconcile(sessions: sessionmaker[Session], data_dir: Path, own: Collection[i
             logger.warning("run %d: stopping its orphaned worker (pid %d)", run.id, worker.pid)
             stop_process(worker.pid, grace_s)
             status, error = "KILLED", f"{SERVICE_STOPPED}; its orphaned worker (pid {worker.pid}) was stopped"
-        elif run.pid is None and run.status == "SCHEDULED" and store.now_ms() - run.created_at < SCHEDULED_GRACE_MS:
-            continue  # maybe being started by another server right now
+        elif run.pid is None and store.now_ms() - run.created_at < SCHEDULED_GRACE_MS:
+            continue  # no pid yet: maybe being started by another server right now
         else:
             gone = f"its worker (pid {run.pid}) is gone" if run.pid else "it has no worker"
             status, error = "FAILED", f"interrupted: {gone}; {SERVICE_STOPPED} or the worker died unrecorded"
+        replayed = _replay(sessions, run.id, data_dir)  # what the worker could not write, maybe its end
+        if replayed is not False:
+            ended += [run.id] if replayed else []  # (None: the store failed; next time)
+            continue
         with transaction(sessions) as s:
             if store.end_run(s, run.id, status, error):  # no-op when the worker recorded its own end
                 logger.warning("run %d: %s (%s)", run.id, status, error)
