@@ -180,7 +180,7 @@ def reconcile(sessions: sessionmaker[Session], data_dir: Path, own: Collection[i
             logger.warning("run %d: stopping its orphaned worker (pid %d)", run.id, worker.pid)
             stop_process(worker.pid, grace_s)
             status, error = "KILLED", f"{SERVICE_STOPPED}; its orphaned worker (pid {worker.pid}) was stopped"
-        elif run.pid is None and store.now_ms() - run.created_at < SCHEDULED_GRACE_MS:
+        elif run.status == "SCHEDULED" and run.pid is None and store.now_ms() - run.created_at < SCHEDULED_GRACE_MS:
             continue  # no pid yet: maybe being started by another server right now
         else:
             gone = f"its worker (pid {run.pid}) is gone" if run.pid else "it has no worker"
