@@ -52,7 +52,8 @@ def grouped_table(runs: list[dict]) -> None:
     groups = api.call("run_groups", keys=[metric], experiment=filters["experiment"], group=filters["group"],
                       source=filters["source"], tag=filters["tag"])
     shown = {r["id"] for r in runs}
-    groups = [g for g in groups if set(g["run_ids"]) & shown]
+    # the paper's rows pair its Table 1 with its Table 2, not seeds: Compare's reproduction view shows them
+    groups = [g for g in groups if set(g["run_ids"]) & shown and "paper" not in g["sources"]]
     if not groups:
         C.placeholder("None of these runs carries a group. Turn off “Group seeds” to list them.")
         return

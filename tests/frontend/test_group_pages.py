@@ -22,6 +22,7 @@ def test_runs_page_groups_seeds_with_mean_and_std(fake_api):
     (_, _, kwargs), = fake_api.called("run_groups")
     assert kwargs["keys"] == ["val_loss"]
     df = at.dataframe[0].value
+    assert list(df["experiment"]) == ["demo"]  # the paper's Table 1 + Table 2 are not seeds: not a group here
     row = df[df["group"] == "full_adaptive"].iloc[0]
     assert row["runs"] == 2 and row["seeds"] == "0, 1"
     assert row["val_loss mean"] == pytest.approx(statistics.fmean([2.3, 2.5]))
