@@ -19,6 +19,8 @@ def groups_panel(page: str, runs: list[dict]) -> None:
         C.placeholder("No run in the store carries a group yet. Suite runs (`aah suite`) and tracked runs with "
                       "a group do; the shipped reproduction is one.")
         return
+    order = G.row_order([g["group"] for g in groups])
+    groups.sort(key=lambda g: (g["experiment"], order.index(g["group"])))  # suite rows in the paper's order
     by_key = {G.group_key(g): g for g in groups}
     k = C.key(page, "groups")
     st.session_state[k] = C.keep_known(page, "groups", list(by_key), "no such group") or list(by_key)[:3]
