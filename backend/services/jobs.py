@@ -57,12 +57,6 @@ class JobManager:
         self._closing = threading.Event()
         self._reconciler: threading.Thread | None = None
 
-    def active(self) -> int:
-        """Live workers of this store: ours plus any another server (or a stray) runs."""
-        with self._lock:
-            own = {rid for rid, job in self._jobs.items() if not job.done.is_set()}
-            return len(own) + workers.foreign_live_workers(self.sessions, self.settings.data_dir, own)
-
     def reconcile(self, run_ids: list[int] | None = None) -> list[int]:
         """End the active job runs that no live worker serves (stopping orphaned workers first)."""
         with self._lock:  # start() holds it from creating a run until its worker is in the table
