@@ -63,6 +63,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.metrics_cache = LruCache(METRICS_CACHE_ITEMS)
     app.state.heavy = BoundedExecutor("heavy", settings.heavy_workers, settings.heavy_queue)
     app.state.reads = BoundedExecutor("read", settings.read_workers, settings.read_queue)
+    app.state.store_counts = health.StoreCounts(sessions)
     if settings.preload_models:
         app.state.registry.preload()
     logger.info("AAH Studio API %s ready (data dir %s)", __version__, settings.data_dir)

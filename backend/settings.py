@@ -6,6 +6,7 @@ reaches the code through ``app.state.settings`` and the dependencies in ``deps.p
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
@@ -18,6 +19,10 @@ from backend.db import parse_database_url, sqlite_url
 SHIPPED_DEMO_DIR = shipped_data_dir() / "demo"
 # The project's reproduction of the paper's Table 1 (aah suite ... --pack; docs/reproduction.md).
 SHIPPED_SUITE = shipped_data_dir() / "suite" / "paper-mini.jsonl.gz"
+
+
+def _quarter_of_the_cores() -> int:
+    return max(1, (os.cpu_count() or 1) // 4)
 
 
 class Settings(BaseSettings):
@@ -63,12 +68,17 @@ class Settings(BaseSettings):
         30.0, ge=0, description="Every so many seconds, runs marked SCHEDULED/RUNNING without a live worker "
         "are ended (and orphaned workers stopped); also done at start. 0: only at start.")
     heavy_workers: int = Field(
-        2, ge=1, le=64, description="Threads for heavy work (evaluation, heatmaps, retained mass, sensitivity, "
-        "allocation, measured cost, generation): at most this many such jobs run at once.")
+        default_factory=_quarter_of_the_cores, ge=1, le=64,
+        description="Threads for heavy work (evaluation, heatmaps, retained mass, sensitivity, allocation, "
+        "measured cost, generation): at most this many such jobs run at once. Default: a quarter of the CPU "
+        "cores, at least 1 (each job's torch ops use several cores already; more threads only fight for them).")
     heavy_queue: int = Field(
         16, ge=0, le=10_000, description="Heavy jobs that may wait for a thread; beyond that a request is "
         "refused with 429 and Retry-After (identical concurrent requests share one job).")
-    read_workers: int = Field(4, ge=1, le=64, description="Threads for long store reads (metric series, compare).")
+    read_workers: int = Field(
+        default_factory=_quarter_of_the_cores, ge=1, le=64,
+        description="Threads for long store reads (metric series that miss the cache, compare). Default as "
+        "heavy_workers.")
     read_queue: int = Field(64, ge=0, le=10_000, description="Long store reads that may wait; beyond that 429.")
     torch_threads: int | None = Field(None, ge=1, description="torch.set_num_threads for evaluation.")
     corpus_dirs: str = Field(
