@@ -37,6 +37,7 @@ from backend.settings import Settings
 logger = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_EXPERIMENT = "default"
+END_RETRY_S = (1.0, 2.0, 4.0, 8.0, 16.0)  # waits between tries to record a worker's end
 
 
 @dataclass
@@ -143,22 +144,34 @@ class JobManager:
 
     def _watch(self, job: Job) -> None:
         code = job.process.wait()
+        if job.cancelled.is_set():
+            status, error = "KILLED", workers.CANCELLED
+        elif code < 0:
+            status, error = "KILLED", f"worker killed by signal {signal.Signals(-code).name}"
+        else:
+            status, error = "FAILED", f"worker exited with code {code}: {_tail(job.log_path)}"
         try:
-            # what the worker could not write (the store was locked or full) waits in its spool
-            spool.replay(self.sessions, job.run_id, spool.spool_path(self.settings.data_dir, job.run_id))
-            if job.cancelled.is_set():
-                status, error = "KILLED", workers.CANCELLED
-            elif code < 0:
-                status, error = "KILLED", f"worker killed by signal {signal.Signals(-code).name}"
-            else:
-                status, error = "FAILED", f"worker exited with code {code}: {_tail(job.log_path)}"
-            with transaction(self.sessions) as s:
-                if store.end_run(s, job.run_id, status, error):  # no-op when the worker reported its end
-                    logger.warning("run %d: %s (%s)", job.run_id, status, error)
-        except Exception:  # the reconciler tries again later: the run has no live worker now
+            for delay in END_RETRY_S:  # the store may be briefly locked or full
+                try:
+                    self._record_end(job.run_id, status, error)
+                    return
+                except spool.STORE_ERRORS as exc:
+                    logger.warning("run %d: the end of its worker is not recorded yet (%s); retrying in %.1f s",
+                                   job.run_id, type(exc).__name__, delay)
+                    if self._closing.wait(delay):
+                        break
+            logger.error("run %d: the end of its worker was not recorded; the reconciler will", job.run_id)
+        except Exception:
             logger.exception("run %d: could not record the end of the worker", job.run_id)
         finally:
             job.done.set()
+
+    def _record_end(self, run_id: int, status: str, error: str) -> None:
+        # what the worker could not write (the store was locked or full) waits in its spool, maybe its end
+        spool.replay(self.sessions, run_id, spool.spool_path(self.settings.data_dir, run_id))
+        with transaction(self.sessions) as s:
+            if store.end_run(s, run_id, status, error):  # no-op when the worker recorded its end
+                logger.warning("run %d: %s (%s)", run_id, status, error)
 
     def cancel(self, run_id: int, wait_s: float = 5.0) -> RunPublic:
         with transaction(self.sessions) as s:

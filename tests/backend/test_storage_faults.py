@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -198,3 +199,23 @@ def test_a_read_only_data_dir_stops_the_server_with_one_line_naming_it(tmp_path)
     assert out.returncode != 0 and "Traceback" not in text, text
     (line,) = [x for x in text.splitlines() if "cannot start" in x]
     assert str(data) in line and "not writable" in line
+
+
+def test_the_end_of_a_worker_is_recorded_after_the_store_was_locked(tmp_path, monkeypatch):
+    from backend.services import jobs
+
+    sessions, run_id = _store(tmp_path, busy_timeout_ms=100)
+    with transaction(sessions) as s:
+        store.update_run(s, run_id, status="RUNNING")
+    (tmp_path / "worker.log").write_text("ValueError: the corpus broke\n")
+    process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    process.wait()
+    monkeypatch.setattr(jobs, "END_RETRY_S", (0.3,) * 10)
+    manager = jobs.JobManager(make_settings(tmp_path, None), sessions)
+    locker = sqlite3.connect(tmp_path / "aah.db", timeout=5, isolation_level=None, check_same_thread=False)
+    locker.execute("BEGIN IMMEDIATE")  # held for ~1 s, ten times the busy timeout
+    threading.Timer(1.0, locker.execute, args=("ROLLBACK",)).start()
+    manager._watch(jobs.Job(run_id, process, tmp_path / "worker.log"))
+    with transaction(sessions) as s:
+        run = store.get_run(s, run_id)
+    assert run.status == "FAILED" and run.error == "worker exited with code 3: ValueError: the corpus broke"
