@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
 
-from backend.deps import SessionDep
+from backend.db import transaction
+from backend.deps import ReadsDep, SessionDep
 from backend.downsample import MAX_POINTS
 from backend.groups import GroupSeriesResponse, GroupSummary, group_series, group_summaries
 from backend.routers.runs import parse_keys
 from backend.schemas import RunSource
+from backend.services.executor import BUSY
 
 router = APIRouter(prefix="/runs/groups", tags=["runs"])
 Name = Annotated[str, Query(min_length=1, max_length=200)]
@@ -33,14 +35,24 @@ def read_groups(
                            source=source, tag=tag)
 
 
-@router.get("/series")
-def read_group_series(
-    session: SessionDep,
+@router.get("/series", response_model=GroupSeriesResponse, responses=BUSY)
+async def read_group_series(
+    request: Request,
+    reads: ReadsDep,
     experiment: Name,
     group: Name,
     keys: Annotated[str | None, Query(max_length=10_000, description="comma-separated metric keys")] = None,
     max_points: Annotated[int | None, Query(ge=2, le=MAX_POINTS, description="keep every k-th aligned step "
                                             "(and the last) so that at most this many remain")] = None,
-) -> GroupSeriesResponse:
-    """One group's curves: at each step every run of the group logged, the mean, std, min and max."""
-    return group_series(session, experiment, group, parse_keys(keys), max_points)
+) -> Response:
+    """One group's curves: at each step every run of the group logged, the mean, std, min and max
+    (whole series: read by the bounded read executor, like metric misses and compare)."""
+    parsed = parse_keys(keys)
+    sessions = request.app.state.sessions
+
+    def read() -> GroupSeriesResponse:
+        with transaction(sessions) as session:
+            return group_series(session, experiment, group, parsed, max_points)
+
+    key = ("group-series", experiment, group, None if parsed is None else tuple(parsed), max_points)
+    return await reads.json_response(key, read)
