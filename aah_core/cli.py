@@ -150,7 +150,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
         from aah_core.suite import summarize
         from aah_core.suite_pack import pack_suite
 
-        n = pack_suite(args.out, args.pack, summarize(report))
+        n = pack_suite(args.out, args.pack, summarize(report), rows=list(report["rows"]))
         print(f"packed {n} runs into {args.pack} ({Path(args.pack).stat().st_size / 1e6:.2f} MB)")
     return 0
 

@@ -15,7 +15,7 @@ import gzip
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,17 +49,19 @@ def header_of(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "ckpt" / "config.json").read_text())
 
 
-def pack_suite(out: str | Path, dest: str | Path, summary: dict[str, Any] | None = None) -> int:
-    """Write the finished runs of suite folder `out` (and its suite.json header, when present) to
-    `dest`; returns the number of runs packed."""
+def pack_suite(out: str | Path, dest: str | Path, summary: dict[str, Any] | None = None,
+               rows: Iterable[str] | None = None) -> int:
+    """Write the finished runs of suite folder `out` (those of `rows` only, when given) and its suite.json
+    header, when present, to `dest`; returns the number of runs packed."""
     out, dest = Path(out), Path(dest)
     report = json.loads((out / "suite.json").read_text()) if (out / "suite.json").is_file() else {}
     header = {"kind": "suite", **{k: v for k, v in report.items() if k != "rows"}, "summary": summary or {}}
     lines = [json.dumps(header, sort_keys=True)]
+    rows = None if rows is None else set(rows)
     folders = sorted(p for p in out.iterdir() if p.is_dir() and (p / "result.json").is_file())
     for folder in folders:
         match = RUN_FOLDER.match(folder.name)
-        if match is None:
+        if match is None or rows is not None and match["row"] not in rows:
             continue
         ckpt = header_of(folder)
         run = {"kind": "run", "row": match["row"], "seed": int(match["seed"]), "impl": match["impl"] or "faithful",

@@ -46,6 +46,7 @@ def test_pack_holds_every_event_of_every_run(suite_dir, tmp_path):
     assert pack_suite(out, dest, summarize(report)) == 4
     pack_suite(out, tmp_path / "again.jsonl.gz", summarize(report))
     assert dest.read_bytes() == (tmp_path / "again.jsonl.gz").read_bytes()  # deterministic bytes
+    assert pack_suite(out, tmp_path / "baseline.jsonl.gz", rows=["baseline"]) == 2  # a subset of the rows
     header, runs = read_pack(dest)
     assert header["kind"] == "suite" and header["command"] == "aah suite paper --seeds 2"
     runs = list(runs)
