@@ -66,8 +66,11 @@ def reproduction_figure(ours: Sequence[Mapping[str, Any]], paper: Sequence[Mappi
                         ours_label: str, paper_label: str, ratio: bool = False) -> go.Figure:
     """Two panels with the same rows on x: ours (mean ± 1 sample std over seeds, as error bars) and the
     paper's (one seed: a point, no error bar). Separate y axes: the two scales' losses are not comparable;
-    ratios (`ratio`, e.g. acr) share the 0..1 range."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(ours_label, paper_label), horizontal_spacing=0.12)
+    ratios (`ratio`, e.g. acr) share the 0..1 range. In the panel titles a label's parts after the second
+    (" · "-separated) go to lines of their own: the two titles sit side by side."""
+    titles = tuple(" · ".join(p[:2]) + "".join(f"<br>{x}" for x in p[2:])
+                   for p in (ours_label.split(" · "), paper_label.split(" · ")))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.12)
     fig.add_trace(go.Scatter(
         x=[r["row"] for r in ours], y=[r["mean"] for r in ours], mode="markers", name="ours (mean ± std)",
         marker=dict(color=PALETTE[0], size=10),
@@ -83,4 +86,7 @@ def reproduction_figure(ours: Sequence[Mapping[str, Any]], paper: Sequence[Mappi
         fig.update_yaxes(title_text=y_title if col == 1 else None, row=1, col=col,
                          range=[0, 1.05] if ratio else None)
         fig.update_xaxes(tickangle=-30, row=1, col=col)
-    return layout(fig, f"reproduction · {y_title}: ours (left) beside the paper's (right)", height=440)
+    fig.update_annotations(font_size=12)
+    layout(fig, f"reproduction · {y_title}: ours (left) beside the paper's (right)", height=480)
+    fig.update_layout(margin=dict(t=140, b=120), legend=dict(orientation="h", y=-0.35, x=0))
+    return fig

@@ -64,6 +64,6 @@ def reproduction_panel(page: str) -> None:
     C.show_figure(data["figure"], f"{page}._repro")
     st.caption("Left: our runs, one point per suite row with ±1 sample std over seeds as error bars. Right: the "
                "paper's reported Table 1 (one seed: no error bar). The two models differ in size, data and length, "
-               "so absolute losses are not comparable: read orderings and gaps. docs/reproduction.md says how "
-               "our runs were produced.")
+               "so absolute losses are not comparable: read orderings and gaps. docs/reproduction-mini.md says how "
+               "the shipped runs were produced.")
     st.dataframe(pd.DataFrame(GV.reproduction_table(data)), hide_index=True)
