@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 Window = Annotated[StrictInt, Field(ge=1, description="keys seen by the head (>= 1); null = full")]
 Plan = Annotated[
@@ -305,33 +305,6 @@ class MetricsResponse(Response):
     series: dict[str, MetricSeries]
     downsampled: list[str] = Field(default_factory=list, description="keys reduced to max_points (bucket "
                                    "minima and maxima and the last point); the others are complete")
-
-
-MetricKey = Annotated[str, Field(min_length=1, max_length=250, pattern=r"^[^\x00-\x1f\x7f]+$")]  # no control chars
-
-
-class MetricBatchSeries(Request):
-    """One key's points, the same columns as a read; null values are stored as NaN."""
-
-    step: list[DbStep]
-    value: list[float | None]
-    timestamp: list[Annotated[float, Field(allow_inf_nan=False)]] | None = Field(
-        None, description="epoch seconds; omitted = the time of the request")
-
-    @model_validator(mode="after")
-    def _same_length(self) -> MetricBatchSeries:
-        if len(self.value) != len(self.step) or (self.timestamp is not None and len(self.timestamp) != len(self.step)):
-            raise ValueError("step, value and timestamp must have the same length")
-        return self
-
-
-class MetricBatch(Request):
-    series: dict[MetricKey, MetricBatchSeries] = Field(max_length=200)
-
-
-class MetricBatchResult(Response):
-    run_id: int
-    written: int
 
 
 class RunWindowsResponse(Response):

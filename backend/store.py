@@ -233,9 +233,10 @@ def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
     and its row count up; returns rows written.
 
     A step sent twice is stored once (the first value stays): a tracking client that retries a batch or
-    replays its spool cannot duplicate a point. One statement per table and batch: the rows go to the
-    driver's executemany as plain tuples (SQLAlchemy's per-row parameter processing cost more than
-    SQLite's insert itself). A late row with an older step counts, but does not replace the latest value.
+    replays its spool cannot duplicate a point. One statement per table and batch, bypassing SQLAlchemy's
+    per-row parameter processing (it cost more than SQLite's insert itself): SQLite's executemany of plain
+    tuples, PostgreSQL's INSERT ... SELECT FROM unnest(arrays) (psycopg's executemany would send a
+    statement per row: 3,400 points/s against 11,500 on SQLite in bench/store.py). A late row with an older step counts, but does not replace the latest value.
     """
     records: dict[tuple[str, int], tuple] = {}
     for key, step, value, timestamp in rows:
@@ -252,10 +253,14 @@ def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
         if rec[1] not in newest or rec[2] > newest[rec[1]][2]:
             newest[rec[1]] = rec
     conn = s.connection()
-    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    written = conn.exec_driver_sql(
-        f"INSERT INTO metrics ({', '.join(_METRIC_COLUMNS)}) VALUES ({', '.join([mark] * len(_METRIC_COLUMNS))}) "
-        "ON CONFLICT (run_id, key, step) DO NOTHING", list(records.values())).rowcount
+    insert = f"INSERT INTO metrics ({', '.join(_METRIC_COLUMNS)}) "
+    if conn.dialect.name == "postgresql":  # one statement of six arrays (executemany is one per row there)
+        arrays = ", ".join(f"%s::{t}[]" for t in ("bigint", "text", "bigint", "float8", "text", "float8"))
+        written = conn.exec_driver_sql(f"{insert} SELECT * FROM unnest({arrays}) ON CONFLICT (run_id, key, step) "
+                                       "DO NOTHING", tuple(map(list, zip(*records.values())))).rowcount
+    else:  # SQLite runs executemany as one prepared statement stepped per row, in C
+        written = conn.exec_driver_sql(f"{insert} VALUES ({', '.join(['?'] * len(_METRIC_COLUMNS))}) "
+                                       "ON CONFLICT (run_id, key, step) DO NOTHING", list(records.values())).rowcount
     stmt = _upsert(s)(LatestMetric)
     newer = stmt.excluded.step > LatestMetric.step
     conn.execute(stmt.on_conflict_do_update(

@@ -43,7 +43,7 @@ LOAD_HEAVY_CLIENTS = 20
 LOAD_POLLERS = 20
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -88,9 +88,10 @@ def _seed_history(db_path: Path, steps: int = HISTORY_STEPS) -> int:
     return run_id
 
 
-def _start_server(data_dir: Path, demo_dir: Path, port: int) -> subprocess.Popen:
+def start_server(data_dir: Path, demo_dir: Path, port: int, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A uvicorn child serving the API on loopback (extra ``env`` on top), once /health answers."""
     env = {**os.environ, "AAH_DATA_DIR": str(data_dir), "AAH_DEMO_DIR": str(demo_dir), "AAH_API_TOKEN": "",
-           "PYTHONPATH": str(REPO)}
+           "PYTHONPATH": str(REPO), **(env or {})}
     cmd = [sys.executable, "-m", "uvicorn", "backend.app:app", "--host", "127.0.0.1", "--port", str(port),
            "--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=env, cwd=str(REPO))
@@ -303,8 +304,8 @@ def main(argv: list[str] | None = None) -> None:
         shipped = (demo / "model.safetensors").is_file()
         if not shipped:
             demo = _stand_in_demo(root)
-        port = _free_port()
-        proc = _start_server(root / "data", demo, port)
+        port = free_port()
+        proc = start_server(root / "data", demo, port)
         base = f"http://127.0.0.1:{port}"
         db_path = root / "data" / "aah.db"
         try:

@@ -6,9 +6,6 @@ executor (services/executor.py: 429 with Retry-After when full)."""
 
 from __future__ import annotations
 
-import math
-import time
-from itertools import repeat
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -27,8 +24,6 @@ from backend.schemas import (
     CompareRequest,
     CompareResponse,
     CompareRow,
-    MetricBatch,
-    MetricBatchResult,
     MetricsResponse,
     RunCreate,
     RunPublic,
@@ -138,18 +133,6 @@ async def read_run_metrics(
         body = await reads.run(("metrics", query, version),
                                lambda: _metrics_body(sessions, cache, query, version))
     return Response(content=body, media_type="application/json")
-
-
-@router.post("/{run_id}/metrics")
-def write_run_metrics(session: SessionDep, run_id: RunId, body: MetricBatch) -> MetricBatchResult:
-    """Append a batch of metric points (one statement per table; the batch is stored whole or not
-    at all). 404 for an unknown run, 409 for a read-only one."""
-    store.writable_run(session, run_id)
-    now = time.time()
-    rows = [(key, step, math.nan if value is None else value, now if ts is None else ts)
-            for key, series in body.series.items()
-            for step, value, ts in zip(series.step, series.value, series.timestamp or repeat(None))]
-    return MetricBatchResult(run_id=run_id, written=store.log_metrics(session, run_id, rows))
 
 
 @router.get("/{run_id}/windows")

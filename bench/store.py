@@ -1,0 +1,191 @@
+"""The run store at lab scale, over HTTP against a real uvicorn (issue 14), on SQLite and PostgreSQL:
+
+- batch writes: one tracked run of 1 M steps x 6 keys (6 M points) posted through the tracking API
+  (``POST /tracking/runs/{id}/log``) in batches of 1,500 steps (9,000 points, about 0.7 MB: under the
+  default AAH_MAX_BODY_BYTES and the 20,000 points a batch may hold);
+- downsampled reads by 50 concurrent clients (``GET /runs/{id}/metrics?max_points=2000``):
+  * ``poll``: every client asks for the whole run, all 6 keys (what open dashboards do); the first,
+    cold read (nothing cached) is timed on its own before the clients start;
+  * ``zoom``: every request asks for another random step range (1-10 % of the run) of one key, so
+    every request is computed in the database (no response-cache hit);
+  while both run, ``/health`` is probed every 100 ms (it must stay fast).
+
+    python -m bench.store [--steps 1000000] [--db sqlite postgresql]
+
+PostgreSQL is a throwaway server started like the tests' (tests/postgres.py: Debian's package, a unix
+socket, fsync and synchronous_commit off, so its write figure is an upper bound for a durable server);
+SQLite is the default store (WAL, synchronous=NORMAL). Writes the figures with the load average to
+bench/results/store-<machine>.json. Targets: read p99 <= 200 ms (SQLite), writes >= 50,000 points/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.api import API, REPO, free_port, start_server
+from bench.common import percentiles, write_result
+
+KEYS = ("train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "causal_coverage")
+BATCH_STEPS = 1_500
+MAX_POINTS = 2_000
+N_CLIENTS = 50
+
+
+def _new_run(client: httpx.Client) -> int:
+    """A tracked run, created as a training process would (POST /tracking/runs)."""
+    from aah_core.presets import get_preset
+
+    body = {"run_key": f"bench-store-{time.time_ns()}", "name": "lab-scale", "experiment": "bench",
+            "config": get_preset("demo").to_dict(), "total_steps": 1}
+    r = client.post(f"{API}/tracking/runs", json=body)
+    r.raise_for_status()
+    return r.json()["run"]["id"]
+
+
+def _batch(steps: range, rng: random.Random) -> bytes:
+    return json.dumps({"metrics": [{"key": k, "step": s, "value": rng.gauss(2.0, 0.5), "time": 1.7e9 + s / 10}
+                                   for s in steps for k in KEYS], "step": steps[-1]}, separators=(",", ":")).encode()
+
+
+def bench_writes(client: httpx.Client, run_id: int, n_steps: int) -> dict:
+    rng = random.Random(0)
+    post_s, body_bytes, written = [], 0, 0
+    t0 = time.perf_counter()
+    for start in range(0, n_steps, BATCH_STEPS):
+        body = _batch(range(start, min(start + BATCH_STEPS, n_steps)), rng)
+        body_bytes = max(body_bytes, len(body))
+        t = time.perf_counter()
+        r = client.post(f"{API}/tracking/runs/{run_id}/log", content=body, headers={"content-type": "application/json"})
+        post_s.append(time.perf_counter() - t)
+        r.raise_for_status()
+        written += r.json()["metrics_written"]
+    wall = time.perf_counter() - t0
+    points = n_steps * len(KEYS)
+    assert written == points, (written, points)
+    return {"endpoint": "POST /tracking/runs/{id}/log", "points": points, "batches": len(post_s),
+            "points_per_batch": BATCH_STEPS * len(KEYS), "largest_body_bytes": body_bytes,
+            "points_per_s": points / sum(post_s), "points_per_s_with_client_encoding": points / wall,
+            "batch_ms": percentiles([x * 1000 for x in post_s])}
+
+
+async def _health_probe(client: httpx.AsyncClient, stop: asyncio.Event, out: list[float]) -> None:
+    while not stop.is_set():
+        t = time.perf_counter()
+        await client.get(f"{API}/health")
+        out.append((time.perf_counter() - t) * 1000)
+        await asyncio.sleep(0.1)
+
+
+async def _clients(base: str, run_id: int, params_for, per_client: int) -> dict:
+    latencies: list[float] = []
+    health: list[float] = []
+    errors: dict[str, int] = {}
+    sizes: list[int] = []
+
+    async def one(client: httpx.AsyncClient, seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(per_client):
+            t = time.perf_counter()
+            try:
+                r = await client.get(f"{API}/runs/{run_id}/metrics", params=params_for(rng))
+                if r.status_code == 200 and r.content.startswith(b'{"run_id":'):
+                    sizes.append(len(r.content))  # not parsed: 50 clients decoding JSON would eat the CPU
+                else:
+                    errors[str(r.status_code)] = errors.get(str(r.status_code), 0) + 1
+            except httpx.HTTPError as e:
+                errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
+            latencies.append((time.perf_counter() - t) * 1000)
+
+    stop = asyncio.Event()
+    limits = httpx.Limits(max_connections=N_CLIENTS + 1)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=300) as client:
+        probe = asyncio.create_task(_health_probe(client, stop, health))
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(client, i) for i in range(N_CLIENTS)))
+        wall = time.perf_counter() - t0
+        stop.set()
+        await probe
+    return {"clients": N_CLIENTS, "requests": len(latencies), "errors": errors, "latency_ms": percentiles(latencies),
+            "requests_per_s": len(latencies) / wall, "largest_response_bytes": max(sizes, default=0),
+            "health_ms_meanwhile": percentiles(health)}
+
+
+def bench_reads(base: str, client: httpx.Client, run_id: int, n_steps: int, per_client: int) -> dict:
+    every_key = {"keys": ",".join(KEYS), "max_points": MAX_POINTS}
+    t = time.perf_counter()
+    body = client.get(f"{API}/runs/{run_id}/metrics", params=every_key).json()
+    cold_ms = (time.perf_counter() - t) * 1000
+    assert sorted(body["downsampled"]) == sorted(KEYS), body["downsampled"]
+    assert all(len(series["step"]) <= MAX_POINTS for series in body["series"].values())
+
+    def zoom(rng: random.Random) -> dict:
+        span = rng.randint(n_steps // 100, n_steps // 10)
+        lo = rng.randint(0, n_steps - span)
+        return {"keys": rng.choice(KEYS), "max_points": MAX_POINTS, "min_step": lo, "max_step": lo + span - 1}
+
+    return {"cold_first_read_all_keys_ms": cold_ms,
+            "poll": asyncio.run(_clients(base, run_id, lambda rng: every_key, per_client)),
+            "zoom": asyncio.run(_clients(base, run_id, zoom, max(1, per_client // 10)))}
+
+
+def bench_database(kind: str, n_steps: int, per_client: int) -> dict:
+    server = None
+    with tempfile.TemporaryDirectory(prefix="aah-bench-store-") as tmp:
+        data = Path(tmp) / "data"
+        env = {}
+        if kind == "postgresql":
+            from tests.postgres import PostgresServer, find_bin_dir
+
+            bin_dir = find_bin_dir()
+            if bin_dir is None:
+                return {"skipped": "PostgreSQL is not installed (Debian package `postgresql`)"}
+            server = PostgresServer(bin_dir)
+            env["AAH_DATABASE_URL"] = server.new_database()
+        port = free_port()
+        proc = start_server(data, REPO / "data" / "demo", port, env)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            with httpx.Client(base_url=base, timeout=300) as client:
+                run_id = _new_run(client)
+                load_before = os.getloadavg()[0]
+                writes = bench_writes(client, run_id, n_steps)
+                print(f"{kind}: {writes['points_per_s']:,.0f} points/s written", flush=True)
+                reads = bench_reads(base, client, run_id, n_steps, per_client)
+            return {"writes": writes, "reads": reads, "load_average_1m_before": load_before,
+                    "load_average_1m_at_end": os.getloadavg()[0]}
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+            if server is not None:
+                server.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=1_000_000, help="steps of the run (x 6 keys)")
+    parser.add_argument("--db", nargs="+", choices=("sqlite", "postgresql"), default=["sqlite", "postgresql"])
+    parser.add_argument("--per-client", type=int, default=20, help="poll requests per client (zoom: a tenth)")
+    args = parser.parse_args(argv)
+    result = {"steps": args.steps, "keys": list(KEYS), "max_points": MAX_POINTS,
+              "targets": {"read_p99_ms_sqlite": 200, "write_points_per_s": 50_000}}
+    for kind in args.db:
+        result[kind] = bench_database(kind, args.steps, args.per_client)
+        r = result[kind]
+        if "reads" in r:
+            print(f"{kind}: cold read {r['reads']['cold_first_read_all_keys_ms']:.0f} ms; "
+                  f"poll p99 {r['reads']['poll']['latency_ms']['p99']:.0f} ms, "
+                  f"zoom p99 {r['reads']['zoom']['latency_ms']['p99']:.0f} ms", flush=True)
+    print(f"wrote {write_result('store', result)}")
+
+
+if __name__ == "__main__":
+    main()
