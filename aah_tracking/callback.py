@@ -57,11 +57,12 @@ class TrackingCallback(Callback):
 
     def __init__(self, transport: Transport, spool: Spool, config: RunConfig, *, name: str,
                  experiment: str = "tracked", group: str | None = None, tags: list[str] | None = None,
+                 source: str = "tracked",
                  upload: bool = True, flush_steps: int = 50, flush_s: float = 2.0, reconnect_s: float = 10.0,
                  final_timeout_s: float = 300.0, say: Callable[[str], None] = _say) -> None:
         self.transport, self.spool, self.config = transport, spool, config
         self.run_key = f"run-{uuid.uuid4().hex}"
-        self.identity = {"name": name, "experiment": experiment, "group": group, "tags": tags or []}
+        self.identity = {"name": name, "experiment": experiment, "group": group, "tags": tags or [], "source": source}
         self.upload, self.flush_steps, self.flush_s = upload, flush_steps, flush_s
         self.reconnect_s, self.final_timeout_s, self.say = reconnect_s, final_timeout_s, say
         self.mode = "online"  # online | offline (unreachable: retried) | refused (no retries)
@@ -82,7 +83,7 @@ class TrackingCallback(Callback):
 
     def on_start(self, info: dict[str, Any]) -> None:
         self._create = {"op": "create", "run_key": self.run_key, "body": {
-            "run_key": self.run_key, **self.identity, "source": "tracked", "preset": self.config.preset, "config": self.config.to_dict(),
+            "run_key": self.run_key, **self.identity, "preset": self.config.preset, "config": self.config.to_dict(),
             "data_hash": info.get("data_hash"), "git_rev": info.get("git_rev"), "seed": self.config.train.seed,
             "total_steps": info.get("total_steps"), "start_step": info.get("start_step", 0)}}
         self._thread = threading.Thread(target=self._run, name="aah-tracking", daemon=True)

@@ -38,8 +38,11 @@ def tracking_callback(args: argparse.Namespace, config: RunConfig, out: Path) ->
     from aah_tracking.transport import Transport
 
     spool = spool_path(out)
-    if args.resume is None:
-        spool.unlink(missing_ok=True)  # the spool of an earlier run in this folder would name that run
+    if args.resume is None and spool.is_file():  # a new run in this folder: its histories start afresh too
+        kept = spool.with_name(f"{spool.stem}.unsent-{int(spool.stat().st_mtime)}.jsonl")
+        spool.rename(kept)
+        print(f"aah tracking: an earlier run's unsent spool was moved to {kept} (send it with `aah sync {kept}`)",
+              file=sys.stderr)
     return TrackingCallback(Transport(uri, _token(args)), Spool(spool), config, name=args.run_name or out.name,
                             experiment=args.experiment, group=args.group, tags=args.tag, upload=not args.no_upload,
                             flush_s=args.tracking_flush_s, reconnect_s=args.tracking_reconnect_s)
@@ -94,28 +97,30 @@ def cmd_sync(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     """Register finished run folders of `aah train` with the server, idempotently."""
     from aah_core.errors import AAHError
-    from aah_tracking.folder import folder_ops
+    from aah_tracking.folder import folder_ops, suite_runs
     from aah_tracking.transport import Refused, Transport, Unreachable
 
     transport = Transport(_uri(args, DEFAULT_URI), _token(args))
     failed = 0
     try:
         for path in args.paths:
-            try:
-                ops, summary = folder_ops(path, args.experiment, upload=not args.no_upload)
-                created = transport.send(ops[0])
-                for op in ops[1:]:
-                    transport.send(op)
-            except (AAHError, ValueError, OSError) as exc:
-                print(f"aah import: {path}: not imported: {exc}", file=sys.stderr)
-                failed += 1
-                continue
-            except (Unreachable, Refused) as exc:
-                print(f"aah import: {path}: error: {exc}", file=sys.stderr)
-                return 1
-            run = created["run"]
-            state = "new run" if created["created"] else "already there, nothing duplicated"
-            print(f"{path}: run {run['id']} in experiment {run['experiment']!r} ({state}): {summary}")
+            suite = suite_runs(Path(path))
+            for run_dir, identity in suite if suite is not None else [(Path(path), {"experiment": args.experiment})]:
+                try:
+                    ops, summary = folder_ops(run_dir, upload=not args.no_upload, **identity)
+                    created = transport.send(ops[0])
+                    for op in ops[1:]:
+                        transport.send(op)
+                except (AAHError, ValueError, OSError) as exc:
+                    print(f"aah import: {run_dir}: not imported: {exc}", file=sys.stderr)
+                    failed += 1
+                    continue
+                except (Unreachable, Refused) as exc:
+                    print(f"aah import: {run_dir}: error: {exc}", file=sys.stderr)
+                    return 1
+                run = created["run"]
+                state = "new run" if created["created"] else "already there, nothing duplicated"
+                print(f"{run_dir}: run {run['id']} in experiment {run['experiment']!r} ({state}): {summary}")
     finally:
         transport.close()
     return 2 if failed else 0
@@ -129,8 +134,10 @@ def add_sync_and_import(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.set_defaults(func=cmd_sync)
     p = sub.add_parser("import", help="register finished `aah train` run folders with the server (idempotent)")
     p.add_argument("paths", nargs="+", metavar="PATH", help="run folders (--out of aah train: the checkpoint, "
-                   "with <name>.metrics.jsonl and <name>.plans.jsonl beside it)")
+                   "with <name>.metrics.jsonl and <name>.plans.jsonl beside it), or an `aah suite` output folder "
+                   "(one experiment, a group per row, source suite)")
     _add_server_args(p, f"server URL (default $AAH_TRACKING_URI or {DEFAULT_URI})")
-    p.add_argument("--experiment", default="imported", help="experiment name on the server (default imported)")
+    p.add_argument("--experiment", default="imported", help="experiment name on the server (default imported; "
+                   "a suite folder names its own)")
     p.add_argument("--no-upload", action="store_true", help="record the checkpoint's path instead of uploading it")
     p.set_defaults(func=cmd_import)

@@ -40,9 +40,9 @@ def _rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def content_key(files: list[Path]) -> str:
-    """'import-' + the SHA-256 of the files' names and bytes (missing files count as absent)."""
-    digest = hashlib.sha256()
+def content_key(files: list[Path], salt: str = "") -> str:
+    """'import-' + the SHA-256 of ``salt`` and the files' names and bytes (missing files count as absent)."""
+    digest = hashlib.sha256(salt.encode())
     for file in files:
         if file.is_file():
             digest.update(file.name.encode() + b"\0")
@@ -52,16 +52,35 @@ def content_key(files: list[Path]) -> str:
     return f"import-{digest.hexdigest()[:40]}"
 
 
-def folder_ops(run_dir: str | Path, experiment: str = "imported", upload: bool = True) -> tuple[list[Op], str]:
-    """The operations that register ``run_dir`` (source "imported"), and a one-line summary of them."""
+def suite_runs(path: Path) -> list[tuple[Path, dict[str, str]]] | None:
+    """The runs of an `aah suite` output folder (it holds suite.json; one ``<row>-s<seed>/ckpt`` per run),
+    each with its identity: one experiment for the folder, one group per row. None for another folder."""
+    report_file = path / "suite.json"
+    if not report_file.is_file():
+        return None
+    report = json.loads(report_file.read_text())
+    experiment = f"{report.get('suite', 'paper')} suite · {report.get('scale', '?')} scale · {path.resolve().name}"
+    runs = []
+    for folder in sorted(p for p in path.iterdir() if (p / "ckpt" / "config.json").is_file()):
+        group, _, seed = folder.name.rpartition("-s")
+        runs.append((folder / "ckpt", {"experiment": experiment, "group": group or folder.name,
+                                        "name": f"{group or folder.name} · seed {seed}", "source": "suite"}))
+    return runs
+
+
+def folder_ops(run_dir: str | Path, experiment: str = "imported", upload: bool = True, *, name: str | None = None,
+               group: str | None = None, source: str = "imported") -> tuple[list[Op], str]:
+    """The operations that register ``run_dir``, and a one-line summary of them."""
     run_dir = Path(run_dir).resolve()
     info = read_checkpoint_info(run_dir)  # validates config, plan and weights header; names the bad file
     metrics_file, plans_file = histories(run_dir)
-    key = content_key([run_dir / name for name in FILES] + [metrics_file, plans_file])
+    salt = "" if source == "imported" else f"{source}/{experiment}/{group}/{name}"  # suite seeds may be equal files
+    key = content_key([run_dir / f for f in FILES] + [metrics_file, plans_file], salt)
     config = info.config
     step = int(info.meta.get("step", config.train.max_steps))
     create = {"op": "create", "run_key": key, "body": {
-        "run_key": key, "name": run_dir.name, "experiment": experiment, "source": "imported", "preset": config.preset,
+        "run_key": key, "name": name or run_dir.name, "experiment": experiment, "source": source, "group": group,
+        "preset": config.preset,
         "config": config.to_dict(), "data_hash": info.meta.get("data_hash"), "git_rev": info.meta.get("git_rev"),
         "total_steps": config.train.max_steps, "seed": config.train.seed}}
     points = [{"key": k, "step": row["step"], "value": "nan" if v is None else metric_value(v),

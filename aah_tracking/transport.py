@@ -46,9 +46,10 @@ class Transport:
     """One server; remembers the run id the server gave each run key."""
 
     def __init__(self, uri: str, token: str | None = None, timeout_s: float = 10.0, retries: int = 3,
-                 backoff_s: float = 0.5) -> None:
+                 backoff_s: float = 0.5, upload_timeout_s: float = 300.0) -> None:
         self.uri = uri.rstrip("/")
         self.retries = retries
+        self.upload_timeout = httpx.Timeout(upload_timeout_s, connect=3.0)  # checkpoint files and their commit
         self.backoff_s = backoff_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=self.uri, headers=headers, timeout=httpx.Timeout(timeout_s, connect=3.0))
@@ -71,7 +72,7 @@ class Transport:
         if op["op"] == "checkpoint":
             for name in FILES:
                 self._request("PUT", f"{url}/checkpoint/{name}", file=Path(op["path"]) / name)
-            return self._request("POST", f"{url}/checkpoint")
+            return self._request("POST", f"{url}/checkpoint", slow=True)
         raise ValueError(f"unknown tracking operation {op['op']!r}")
 
     def alive(self) -> bool:
@@ -84,7 +85,9 @@ class Transport:
     def close(self) -> None:
         self.http.close()
 
-    def _request(self, method: str, url: str, json: Any = None, file: Path | None = None) -> dict[str, Any]:
+    def _request(self, method: str, url: str, json: Any = None, file: Path | None = None,
+                 slow: bool = False) -> dict[str, Any]:
+        timeout = self.upload_timeout if file is not None or slow else self.http.timeout
         problem = ""
         for attempt in range(self.retries + 1):
             if attempt:
@@ -92,9 +95,9 @@ class Transport:
             try:
                 if file is not None:
                     with file.open("rb") as content:  # streamed; opened again on a retry
-                        response = self.http.request(method, url, content=content)
+                        response = self.http.request(method, url, content=content, timeout=timeout)
                 else:
-                    response = self.http.request(method, url, json=json)
+                    response = self.http.request(method, url, json=json, timeout=timeout)
             except httpx.HTTPError as exc:
                 problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 continue

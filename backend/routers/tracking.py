@@ -4,6 +4,7 @@ uploads its checkpoint (the client is aah_tracking; contract in docs/api.md, "Tr
 from __future__ import annotations
 
 import shutil
+import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
@@ -67,7 +68,7 @@ async def upload_checkpoint_file(request: Request, settings: SettingsDep, run_id
         tracking.check_upload(s, run_id, name)
     staging, _ = tracking.checkpoint_dirs(settings.data_dir, run_id)
     staging.mkdir(parents=True, exist_ok=True)
-    part = staging / f"{name}.part"
+    part = staging / f".{name}.{uuid.uuid4().hex[:8]}.part"  # a retried upload racing the first one has its own
     size = 0
     try:
         with part.open("wb") as f:
@@ -76,7 +77,7 @@ async def upload_checkpoint_file(request: Request, settings: SettingsDep, run_id
                 if size > limit:
                     raise PayloadTooLarge(f"{name}: larger than the upload limit of {limit} bytes (AAH_MAX_UPLOAD_BYTES)")
                 await run_in_threadpool(f.write, chunk)
-        part.rename(staging / name)
+        part.replace(staging / name)  # atomic: the file is whole or the previous one
     finally:
         part.unlink(missing_ok=True)
     return CheckpointFileResult(name=name, bytes=size)

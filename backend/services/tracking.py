@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import shutil
+import threading
 import uuid
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from aah_core.checkpoint import FILES, verify_checkpoint
+from aah_core.checkpoint import FILES, CheckpointInfo, verify_checkpoint
 from aah_core.config import RunConfig
 from aah_core.errors import AAHError
 from aah_core.windows import plan_to_json, validate_plan
@@ -40,6 +41,7 @@ from backend.tracking_schemas import (
 
 TRACKED_SOURCES = ("tracked", "imported", "suite")
 TRACKED_DIR = "tracked"  # under the data dir: one folder per run with an uploaded checkpoint
+_COMMITS = threading.Lock()
 _SPECIAL = {None: math.nan, "nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
@@ -134,9 +136,25 @@ def check_upload(s: Session, run_id: int, name: str) -> None:
 
 
 def commit_checkpoint(s: Session, run_id: int, data_dir: Path) -> CheckpointPublic:
-    """Validate the uploaded files with the engine, move them into place and register the model."""
+    """Validate the uploaded files with the engine, move them into place and register the model.
+
+    A commit sent again after its answer was lost finds the checkpoint in place and registers it again."""
     run = _tracked_run(s, run_id)
     staging, final = checkpoint_dirs(data_dir, run_id)
+    with _COMMITS:  # two commits of one upload (a client's retry) must not interleave their moves
+        if not staging.exists() and (final / "model.safetensors").is_file():
+            info = verify_checkpoint(final)
+        else:
+            info = _move_into_place(run, staging, final)
+    relative = str(final.relative_to(data_dir))
+    catalog.register_checkpoint(s, catalog.CheckpointEntry(
+        id=f"run-{run_id}", name=run.name, path=relative, run_id=run_id, preset=run.preset, fingerprint=None))
+    run.checkpoint = relative
+    return CheckpointPublic(run_id=run_id, model_id=f"run-{run_id}", path=relative, n_params=info.n_params,
+                            status=run.status)
+
+
+def _move_into_place(run: Run, staging: Path, final: Path) -> CheckpointInfo:
     missing = [name for name in FILES if not (staging / name).is_file()]
     if missing:
         raise InvalidInput(f"checkpoint: {', '.join(missing)} not uploaded yet; PUT each file first")
@@ -146,15 +164,12 @@ def commit_checkpoint(s: Session, run_id: int, data_dir: Path) -> CheckpointPubl
         raise InvalidInput(f"checkpoint: {exc}".replace(str(staging), "upload")) from None
     own = json.loads(run.config_json or "{}").get("model")
     if own is not None and dataclasses.asdict(info.config.model) != own:
-        raise InvalidInput(f"checkpoint: its model config differs from run {run_id}'s; upload the run's own checkpoint")
+        raise InvalidInput(f"checkpoint: its model config differs from run {run.id}'s; upload the run's own checkpoint")
+    for part in staging.glob(".*.part"):  # an upload that lost a race with its retry
+        part.unlink(missing_ok=True)
     if final.exists():  # an upload again replaces the checkpoint whole
         old = final.with_name(f".old-{uuid.uuid4().hex[:8]}")
         final.rename(old)
         shutil.rmtree(old)
     staging.rename(final)
-    relative = str(final.relative_to(data_dir))
-    model_id = f"run-{run_id}"
-    catalog.register_checkpoint(s, catalog.CheckpointEntry(
-        id=model_id, name=run.name, path=relative, run_id=run_id, preset=run.preset, fingerprint=None))
-    run.checkpoint = relative
-    return CheckpointPublic(run_id=run_id, model_id=model_id, path=relative, n_params=info.n_params, status=run.status)
+    return info

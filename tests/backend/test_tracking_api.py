@@ -105,6 +105,8 @@ def test_checkpoint_upload_registers_a_model(client, tiny_demo):
     models = {m["id"]: m for m in client.get("/api/v1/models").json()}
     assert models[f"run-{run_id}"]["run_id"] == run_id and models[f"run-{run_id}"]["n_layer"] == 2
     assert client.get(f"/api/v1/runs/{run_id}").json()["checkpoint"] == f"tracked/run-{run_id}/checkpoint"
+    again = client.post(f"{API}/{run_id}/checkpoint")  # a retried commit (its answer was lost): the same
+    assert again.status_code == 200 and again.json() == r.json()
     assert upload(client, run_id, tiny_demo).status_code == 200  # again: replaced, still one model
     windows = client.get(f"/api/v1/models/run-{run_id}/windows")
     assert windows.status_code == 200 and windows.json()["windows"] == [[4, None], [16, 8]]

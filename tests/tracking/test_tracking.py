@@ -3,7 +3,9 @@ death, DDP reports once, a bad token spools, and `aah import` / `aah sync` are i
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,3 +124,24 @@ def test_import_is_idempotent(server, tmp_path):
     assert run["status"] == "FINISHED" and run["experiment"] == "imported" and run["progress"]["step"] == 6
     assert_run_matches(server, run["id"], out)
     assert f"run-{run['id']}" in {m["id"] for m in server.get("/models")}
+
+
+def test_a_suite_folder_imports_as_one_experiment_with_a_group_per_row(server, tmp_path):
+    out = tmp_path / "trained"
+    _finish(aah(*tiny_train_args(out, 6)))
+    suite = tmp_path / "suite-paper"
+    for folder in ("baseline-s0", "baseline-s1", "full_adaptive-s0"):  # the layout `aah suite` writes
+        (suite / folder).mkdir(parents=True)
+        shutil.copytree(out, suite / folder / "ckpt")
+        for kind in ("metrics", "plans"):
+            shutil.copy(out.with_name(f"trained.{kind}.jsonl"), suite / folder / f"ckpt.{kind}.jsonl")
+    (suite / "suite.json").write_text(json.dumps({"suite": "paper", "scale": "tiny", "impl": "faithful"}))
+    for _ in range(2):
+        _finish(aah("import", str(suite), "--no-upload", "--tracking-uri", server.url, "--tracking-token", TOKEN))
+    runs = server.get("/runs", experiment="paper suite · tiny scale · suite-paper", limit=1000)
+    assert sorted((r["group"], r["name"], r["source"]) for r in runs) == [
+        ("baseline", "baseline · seed 0", "suite"), ("baseline", "baseline · seed 1", "suite"),
+        ("full_adaptive", "full_adaptive · seed 0", "suite")]
+    for run in runs:
+        assert run["checkpoint"].endswith("/ckpt") and run["status"] == "FINISHED"
+        assert_run_matches(server, run["id"], out)
