@@ -31,7 +31,7 @@ def _token(args: argparse.Namespace) -> str | None:
 def tracking_callback(args: argparse.Namespace, config: RunConfig, out: Path) -> Callback | None:
     """The train command's tracking callback, when a tracking URI is given (flag or AAH_TRACKING_URI)."""
     uri = _uri(args)
-    if uri is None:
+    if uri is None or int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return None
     from aah_tracking.callback import TrackingCallback
     from aah_tracking.spool import Spool, spool_path

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.backend.conftest import tiny_demo  # noqa: F401 (a trained tiny checkpoint, shared)
 from tests.frontend.stack import ROOT, api_command, free_port, stop_process, wait_ready
 
 TOKEN = "tracking-test-token"
