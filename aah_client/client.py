@@ -366,5 +366,11 @@ class ApiClient:
     def create_view(self, name: str, page: str, state: Json) -> Json:
         return self._post("/views", {"name": name, "page": page, "state": state})
 
+    def rename_view(self, view_id: int, name: str) -> Json:
+        return self._request("PATCH", f"/views/{view_id}", json={"name": name})
+
+    def order_views(self, ids: list[int]) -> list[Json]:
+        return self._request("PUT", "/views/order", json={"ids": ids})
+
     def delete_view(self, view_id: int) -> None:
         self._request("DELETE", f"/views/{view_id}")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from backend.errors import NotFound
+from backend.errors import InvalidInput, NotFound
 from backend.models import Checkpoint, View
 from backend.schemas import ViewCreate, ViewPublic
 from backend.store import iso, now_ms
@@ -61,7 +61,7 @@ def count_checkpoints(s: Session) -> int:
 
 def _view_public(row: View) -> ViewPublic:
     return ViewPublic(id=row.id, name=row.name, page=row.page, state=json.loads(row.state_json),
-                      created_at=iso(row.created_at))
+                      created_at=iso(row.created_at), position=row.position)
 
 
 def create_view(s: Session, body: ViewCreate) -> ViewPublic:
@@ -72,7 +72,32 @@ def create_view(s: Session, body: ViewCreate) -> ViewPublic:
 
 
 def list_views(s: Session) -> list[ViewPublic]:
-    return [_view_public(r) for r in s.scalars(select(View).order_by(View.id))]
+    """Reordered views by position, then the others (newer ones) by id."""
+    order = (View.position.is_(None), View.position, View.id)
+    return [_view_public(r) for r in s.scalars(select(View).order_by(*order))]
+
+
+def rename_view(s: Session, view_id: int, name: str) -> ViewPublic:
+    row = s.get(View, view_id)
+    if row is None:
+        raise NotFound(f"view {view_id} not found")
+    row.name = name
+    s.flush()
+    return _view_public(row)
+
+
+def order_views(s: Session, ids: list[int]) -> list[ViewPublic]:
+    """Give the views the order of `ids`, which must name every saved view once."""
+    have = set(s.scalars(select(View.id)))
+    if len(ids) != len(set(ids)) or set(ids) != have:
+        missing, unknown = sorted(have - set(ids)), sorted(set(ids) - have)
+        raise InvalidInput("ids: list every saved view once" + (f"; missing {missing}" if missing else "")
+                           + (f"; no such view {unknown}" if unknown else "")
+                           + ("; repeated ids" if len(ids) != len(set(ids)) else ""))
+    for position, view_id in enumerate(ids):
+        s.get(View, view_id).position = position
+    s.flush()
+    return list_views(s)
 
 
 def get_view(s: Session, view_id: int) -> ViewPublic:

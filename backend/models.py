@@ -170,3 +170,4 @@ class View(Base):
     page: Mapped[str] = mapped_column(String(64))
     state_json: Mapped[str] = mapped_column(Text)
     created_at: Mapped[int] = mapped_column(BigInteger)
+    position: Mapped[int | None] = mapped_column(Integer)  # set by PUT /views/order; null: after those, by id

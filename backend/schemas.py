@@ -421,9 +421,18 @@ class ViewCreate(Request):
         return value
 
 
+class ViewUpdate(Request):
+    name: str = Field(min_length=1, max_length=120)
+
+
+class ViewOrder(Request):
+    ids: list[int] = Field(max_length=10_000, description="every saved view's id once, in the new order")
+
+
 class ViewPublic(Response):
     id: int
     name: str
     page: str
     state: dict[str, Any]
     created_at: str
+    position: int | None = Field(None, description="its place once the views were reordered (null: never)")

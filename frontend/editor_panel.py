@@ -43,6 +43,13 @@ def _on_cell(hist: H.PlanHistory, wkey: str, layer: int, head: int) -> None:
         _commit(hist, P.set_cell(hist.current, layer, head, P.parse_window(label)))
 
 
+def _on_typed(hist: H.PlanHistory, tkey: str, layer: int, head: int, seq_len: int) -> None:
+    """A typed window (any integer; the model's context or more is full)."""
+    w = st.session_state.get(tkey)
+    if w is not None:
+        hist.push(P.normalize_plan(P.set_cell(hist.current, layer, head, int(w)), seq_len))
+
+
 def _on_table(hist: H.PlanHistory, tkey: str) -> None:
     _commit(hist, P.apply_table_edits(hist.current, (st.session_state.get(tkey) or {}).get("edited_rows", {})))
 
@@ -52,13 +59,18 @@ def cell_editor(model: dict, hist: H.PlanHistory) -> None:
     n_layer, n_head = model["n_layer"], model["n_head"]
     C.ensure_option(PAGE, "layer", list(range(n_layer)), f"this model has layers 0-{n_layer - 1}")
     C.ensure_option(PAGE, "head", list(range(n_head)), f"this model has heads 0-{n_head - 1}")
-    c1, c2, c3 = st.columns([1, 1, 6])
+    c1, c2, c3, c4 = st.columns([1, 1, 5, 1.4])
     layer = c1.selectbox("Layer", list(range(n_layer)), key=C.key(PAGE, "layer"))
     head = c2.selectbox("Head", list(range(n_head)), key=C.key(PAGE, "head"))
     current = P.window_label(hist.current[layer][head])
     wkey = f"editor._cell.{hist.version}.{layer}.{head}"
     c3.pills(f"Window of layer {layer}, head {head}", labels(model, hist.current), default=current,
              key=wkey, on_change=_on_cell, args=(hist, wkey, layer, head))
+    seq_len = model["seq_len"]
+    tkey = f"editor._typed.{hist.version}.{layer}.{head}"
+    c4.number_input(f"or type a window (1-{seq_len})", 1, seq_len, hist.current[layer][head] or seq_len, 1,
+                    key=tkey, on_change=_on_typed, args=(hist, tkey, layer, head, seq_len),
+                    help=f"any whole number of keys, not only the model's buckets; {seq_len} (the context) is full")
 
 
 def _on_bulk(hist: H.PlanHistory, what: str) -> None:

@@ -27,15 +27,36 @@ _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;background:#fafafa;color:#222}
 header{padding:16px 32px;background:#1f3a5f;color:#fff} header small{opacity:.8}
 section{background:#fff;margin:24px 32px;padding:16px 24px;border-radius:8px;box-shadow:0 1px 3px #0002}
-section.slide{min-height:80vh} h2{margin-top:0} ul{margin:4px 0 12px}
+h2{margin-top:0} ul{margin:4px 0 12px}
+html.deck{scroll-snap-type:y mandatory} html.deck header{display:none}
+section.slide{height:100vh;box-sizing:border-box;margin:0;border-radius:0;box-shadow:none;overflow:hidden;
+  scroll-snap-align:start;display:flex;flex-direction:column;page-break-after:always;break-after:page}
+section.slide .figs{flex:1;min-height:0;display:grid;gap:8px} section.slide .figs>div{height:100%;min-height:0}
 """
+# A deck: arrow keys, PageUp/PageDown and space move one slide (one screen) at a time. Inline, no src.
+_DECK_JS = """<script>
+document.addEventListener('keydown', function (e) {
+  var fwd = ['ArrowRight', 'ArrowDown', 'PageDown', ' '], back = ['ArrowLeft', 'ArrowUp', 'PageUp'];
+  if (fwd.indexOf(e.key) < 0 && back.indexOf(e.key) < 0) return;
+  var slides = Array.prototype.slice.call(document.querySelectorAll('section.slide'));
+  var now = Math.round(window.scrollY / window.innerHeight);
+  var next = Math.max(0, Math.min(slides.length - 1, now + (fwd.indexOf(e.key) >= 0 ? 1 : -1)));
+  slides[next].scrollIntoView(); e.preventDefault();
+});
+</script>"""
+
+
+def _slide_grid(n: int) -> tuple[int, int]:
+    """(columns, rows) that put n figures on one screen."""
+    cols = 1 if n <= 1 else 2
+    return cols, max(1, -(-n // cols))
 
 
 def html_document(title: str, sections: list[Section], *, slides: bool = False, source: str = "") -> str:
     """The whole export as one HTML string. plotly.js is embedded in the first figure only."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<!DOCTYPE html><html{' class=deck' if slides else ''}><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<header><h1>{html.escape(title)}</h1><small>AAH Studio export, {stamp}"
         f"{' · ' + html.escape(source) if source else ''} · opens offline</small></header>",
@@ -46,12 +67,20 @@ def html_document(title: str, sections: list[Section], *, slides: bool = False, 
         parts.append(f"<h2>{html.escape(sec.title)}</h2>")
         if sec.lines:
             parts.append("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in sec.lines) + "</ul>")
+        cols, rows = _slide_grid(len(sec.figures))
+        if slides:  # every figure sized to its share of the screen, so a slide is one screen
+            parts.append(f"<div class='figs' style='grid-template-columns:repeat({cols},1fr);"
+                         f"grid-template-rows:repeat({rows},1fr)'>")
         for fig in sec.figures.values():
+            if slides:
+                fig = go.Figure(fig).update_layout(height=None, width=None, autosize=True)
             parts.append(fig.to_html(full_html=False, include_plotlyjs=True if first else False,
-                                     include_mathjax=False, config={"displaylogo": False}))
+                                     include_mathjax=False, config={"displaylogo": False, "responsive": True}))
             first = False
+        if slides:
+            parts.append("</div>")
         parts.append("</section>")
-    parts.append("</body></html>")
+    parts.append((_DECK_JS if slides else "") + "</body></html>")
     return "\n".join(parts)
 
 

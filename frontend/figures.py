@@ -1,9 +1,8 @@
 """Pure Plotly figure builders: data in, `go.Figure` out. No Streamlit, no HTTP.
 
-Conventions (shared/reference/dashboard_anchors.md §4): token x token maps have rows = query and
-columns = key, origin upper-left, the causal upper triangle NaN (blank, no hover), probabilities on a
-fixed 0..1 sequential scale and differences on a diverging scale centred at 0. Every axis that shows a
-coverage says which metric it is.
+Conventions (shared/reference/dashboard_anchors.md §4): differences on a diverging scale centred at 0;
+every axis that shows a coverage says which metric it is. Token x token attention maps are built in
+`frontend/attention_figures.py`.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from plotly.subplots import make_subplots
 
 from frontend.plans import FULL, Plan, Window, window_label
 
-PROB_SCALE = "Blues"
 DIFF_SCALE = "RdBu"
 GRID_SCALE = "Viridis"
 COVERAGE_LABELS = {
@@ -119,102 +117,6 @@ def window_diff_figure(a: Plan, b: Plan, changed: list[list[bool]], names: tuple
     fig.update_layout(shapes=shapes)
     n = sum(map(sum, changed))
     return layout(fig, f"window maps: {n} head(s) differ", height=max(260, 60 * n_layer + 120))
-
-
-def _as_matrix(rows: Sequence[Sequence[float | None]]) -> np.ndarray:
-    """JSON rows (None for blank) -> float array with NaN, and the causal upper triangle forced to NaN."""
-    z = np.array([[np.nan if v is None else float(v) for v in row] for row in rows], dtype=float)
-    if z.size:
-        z[np.triu_indices(z.shape[0], k=1, m=z.shape[1])] = np.nan
-    return z
-
-
-def band_coordinates(n: int, window: int | None) -> dict[str, list[tuple[float, float]]]:
-    """Staircase edges of the attended band in cell coordinates (cell (i, j) is centred at x=j, y=i).
-    `diagonal` runs along x = i + 0.5 (the causal edge right of key j = i); `window` along
-    x = i - w + 0.5, between the last cut key j = i - w and the first kept key j = i - w + 1, for the
-    rows i >= w that lose keys. Each edge is a list of (x, y) vertices."""
-    diagonal = [(-0.5, -0.5)]
-    for i in range(n):
-        diagonal += [(i + 0.5, i - 0.5), (i + 0.5, i + 0.5)]
-    out = {"diagonal": diagonal}
-    if window is not None and window < n:
-        edge = [(-0.5, window - 0.5)]
-        for i in range(window, n):
-            edge += [(i - window + 0.5, i - 0.5), (i - window + 0.5, i + 0.5)]
-        out["window"] = edge
-    return out
-
-
-def _svg_path(points: list[tuple[float, float]]) -> str:
-    return "M " + " L ".join(f"{x},{y}" for x, y in points)
-
-
-def attention_figure(weights: Sequence[Sequence[float | None]], tokens: Sequence[str], window: int | None,
-                     *, title: str | None = None, pool: int = 1) -> go.Figure:
-    """One head's attention map (rows = query, columns = key) on a fixed 0..1 scale, upper triangle
-    blank, with the window band drawn. `window` is in tokens; with pooled maps it is divided by `pool`."""
-    z = _as_matrix(weights)
-    n = z.shape[0]
-    labels = [f"({i * pool}) {t}" for i, t in enumerate(tokens)]
-    dist = np.subtract.outer(np.arange(n), np.arange(n)) * pool
-    custom = np.empty((n, n, 3), dtype=object)
-    custom[..., 0] = np.array(labels, dtype=object)[:, None]
-    custom[..., 1] = np.array(labels, dtype=object)[None, :]
-    custom[..., 2] = dist
-    fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(n)), y=list(range(n)), customdata=custom, colorscale=PROB_SCALE, zmin=0, zmax=1,
-        hoverongaps=False, colorbar=dict(title="weight"),
-        hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>distance %{customdata[2]}"
-                      "<br>weight %{z:.3f}<extra></extra>"))
-    band = band_coordinates(n, None if window is None else max(1, math.ceil(window / pool)))
-    if n > 64:  # on long maps the blank upper triangle already shows the causal edge
-        band.pop("diagonal")
-    shapes = [dict(type="path", path=_svg_path(points), xref="x", yref="y", name=name,
-                   line=dict(color="#e4572e" if name == "window" else "#888888", width=2,
-                             dash="solid" if name == "window" else "dot"))
-              for name, points in band.items()]
-    fig.update_layout(shapes=shapes)
-    _token_axes(fig, labels)
-    wl = window_label(window)
-    return layout(fig, title or f"attention (window {wl})", height=520, left=90)
-
-
-def _token_axes(fig: go.Figure, labels: list[str]) -> None:
-    n = len(labels)
-    step = max(1, n // 24)
-    ticks = list(range(0, n, step))
-    fig.update_xaxes(title="key", tickvals=ticks, ticktext=[labels[i] for i in ticks], constrain="domain",
-                     showgrid=False, zeroline=False)
-    fig.update_yaxes(title=dict(text="query", standoff=6), tickvals=ticks, ticktext=[labels[i] for i in ticks],
-                     autorange="reversed", scaleanchor="x", scaleratio=1, constrain="domain", showgrid=False,
-                     zeroline=False, automargin=True)
-
-
-def attention_diff_figure(full: Sequence[Sequence[float | None]], windowed: Sequence[Sequence[float | None]],
-                          tokens: Sequence[str], *, pool: int = 1) -> go.Figure:
-    """windowed - full on a diverging scale symmetric about 0 (mass moved by the window)."""
-    z = _as_matrix(windowed) - _as_matrix(full)
-    finite = np.abs(z[np.isfinite(z)])
-    m = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
-    labels = [f"({i * pool}) {t}" for i, t in enumerate(tokens)]
-    n = z.shape[0]
-    fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(n)), y=list(range(n)), colorscale=DIFF_SCALE, zmid=0, zmin=-m, zmax=m,
-        hoverongaps=False, colorbar=dict(title="Δ weight"),
-        hovertemplate="query %{y}, key %{x}<br>windowed - full %{z:.3f}<extra></extra>"))
-    _token_axes(fig, labels)
-    return layout(fig, "difference: windowed - full", height=520, left=90)
-
-
-def cut_mass_figure(cut_mass: Sequence[float], tokens: Sequence[str], *, pool: int = 1) -> go.Figure:
-    """Per query row, the share of its full attention mass that the window cuts off (0..1)."""
-    labels = [f"({i * pool}) {t}" for i, t in enumerate(tokens)]
-    fig = go.Figure(go.Bar(x=list(cut_mass), y=list(range(len(cut_mass))), orientation="h", customdata=labels,
-                           marker_color="#e4572e", hovertemplate="%{customdata}: cut %{x:.3f}<extra></extra>"))
-    fig.update_xaxes(title="mass cut off", range=[0, 1])
-    fig.update_yaxes(title="query", autorange="reversed")
-    return layout(fig, "attention mass cut off per query", height=520)
 
 
 def _window_x(w: Window, seq_len: int) -> int:

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 
 from aah_client.client import OWN_WINDOW
 from frontend import api, figures as F
+from frontend import attention_figures as A
 from frontend import group_views as GV
 from frontend import plans as P
 from frontend import run_table as R
@@ -122,16 +123,23 @@ def span_note(data: dict) -> str | None:
             "Move the span with the slider.")
 
 
-def attention_figures(data: dict) -> dict[str, go.Figure]:
-    w, pool, tokens = data["window"], data.get("pool", 1), data["tokens"]
+def attention_figures(data: dict, scale: str = "linear") -> dict[str, go.Figure]:
+    w, tokens = data["window"], data["tokens"]
+    at = dict(pool=data.get("pool", 1), offset=data.get("offset", 0))
     head = f"L{data['layer']}H{data['head']}"
+    scale = scale if scale in A.SCALES else "linear"
     return {
-        "full": F.attention_figure(data["full"], tokens, w, pool=pool, title=f"{head} full causal attention"),
-        "windowed": F.attention_figure(data["windowed"], tokens, w, pool=pool,
-                                       title=f"{head} with window {P.window_label(w)}"),
-        "diff": F.attention_diff_figure(data["full"], data["windowed"], tokens, pool=pool),
-        "cut": F.cut_mass_figure(data["cut_mass"], tokens, pool=pool),
+        "full": A.attention_figure(data["full"], tokens, w, title=f"{head} full causal attention", scale=scale, **at),
+        "windowed": A.attention_figure(data["windowed"], tokens, w, title=f"{head} with window {P.window_label(w)}",
+                                       scale=scale, **at),
+        "diff": A.attention_diff_figure(data["full"], data["windowed"], tokens, **at),
+        "cut": A.cut_mass_figure(data["cut_mass"], tokens, **at),
     }
+
+
+def layer_maps(state: dict, own_text: str | None, offset: int, n_head: int) -> list[dict]:
+    """Every head's maps in the state's layer (one cached /attention call per head)."""
+    return [attention_data({**state, "head": h}, own_text, offset)[1] for h in range(n_head)]
 
 
 def attention_section(state: dict) -> Section:
@@ -140,7 +148,8 @@ def attention_section(state: dict) -> Section:
     lines = [f"model {model['name']} · layer {data['layer']} head {data['head']} · window "
              f"{P.window_label(data['window'])} · {data['n_tokens']} tokens (pool {data.get('pool', 1)})",
              f"mean attention mass cut off per query: {sum(cut) / max(len(cut), 1):.3f}"]
-    return Section(f"Attention: layer {data['layer']}, head {data['head']}", attention_figures(data), lines)
+    return Section(f"Attention: layer {data['layer']}, head {data['head']}", attention_figures(data, state["scale"]),
+                   lines)
 
 
 # -- runs, ACR curves, compare ------------------------------------------------------------------------

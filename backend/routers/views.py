@@ -1,4 +1,4 @@
-"""Saved views: a name, a dashboard page and its UI state, for presenting."""
+"""Saved views: a name, a dashboard page and its UI state, for presenting; renamed, reordered, deleted."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fastapi import APIRouter, Path, Response
 
 from backend import catalog
 from backend.deps import SessionDep
-from backend.schemas import ViewCreate, ViewPublic
+from backend.schemas import ViewCreate, ViewOrder, ViewPublic, ViewUpdate
 
 router = APIRouter(prefix="/views", tags=["views"])
 ViewId = Path(ge=1, le=2**62)
@@ -24,10 +24,22 @@ def create_view(body: ViewCreate, session: SessionDep) -> ViewPublic:
     return catalog.create_view(session, body)
 
 
+@router.put("/order")
+def order_views(body: ViewOrder, session: SessionDep) -> list[ViewPublic]:
+    """Reorder the saved views: `ids` names every view once, in the new order."""
+    return catalog.order_views(session, body.ids)
+
+
 @router.get("/{view_id}")
 def read_view(session: SessionDep, view_id: int = ViewId) -> ViewPublic:
     """One saved view."""
     return catalog.get_view(session, view_id)
+
+
+@router.patch("/{view_id}")
+def update_view(body: ViewUpdate, session: SessionDep, view_id: int = ViewId) -> ViewPublic:
+    """Rename a saved view."""
+    return catalog.rename_view(session, view_id, body.name)
 
 
 @router.delete("/{view_id}", status_code=204)

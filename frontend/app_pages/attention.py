@@ -4,6 +4,8 @@ retained-mass and sensitivity diagnostics."""
 import streamlit as st
 
 from frontend import api, components as C, figures as F, views
+from frontend import attention_figures as A
+from frontend import attention_panel as AP
 from frontend import plans as P
 
 PAGE = "attention"
@@ -16,7 +18,7 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
     ids = [m["id"] for m in models]
     C.ensure_option(PAGE, "model", ids, "no such model")
     texts = api.cached("model_texts", st.session_state[C.key(PAGE, "model")])
-    c1, c2, c3, c4, c5 = st.columns([2, 2, 1, 1, 1])
+    c1, c2, c3, c4, c5, c6 = st.columns([2, 2, 1, 1, 1, 2])
     model_id = c1.selectbox("Model", ids, key=C.key(PAGE, "model"))
     model = next(m for m in models if m["id"] == model_id)
     text_ids = [t["id"] for t in texts] + [views.CUSTOM_TEXT]
@@ -33,6 +35,9 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
     C.ensure_option(PAGE, "window", choices, "not one of this model's windows")
     c5.selectbox("Window", choices, key=C.key(PAGE, "window"),
                  format_func=lambda c: f"own ({P.window_label(own[layer][head])})" if c == "own" else c)
+    C.ensure_option(PAGE, "scale", list(A.SCALES), "not a colour scale")
+    c6.selectbox("Colour scale", list(A.SCALES), format_func=A.SCALES.get, key=C.key(PAGE, "scale"),
+                 help="log and per-row show weak attention that a linear 0..1 scale washes out")
     state = C.current_state(PAGE)
     C.publish(PAGE, state)
     own_text = None
@@ -65,20 +70,10 @@ with api.guard("attention maps"):
             st.session_state["attention._offset"] = data["offset"]  # the span the API used (clipped)
             st.slider("Tokens skipped before the span", 0, last, step=1, key="attention._offset",
                       help=f"the {data['n_tokens']} tokens after these are shown")
-    figs = views.attention_figures(data)
-    st.caption(f"{data['n_tokens']} tokens" + (f", average-pooled by {data['pool']}" if data.get("pool", 1) > 1 else "")
-               + f" · window {P.window_label(data['window'])} · rows = query, columns = key; "
-               "the orange staircase is the window's far edge (keys left of it are cut off).")
-    left, right = st.columns(2)
-    with left:
-        C.show_figure(figs["full"], "attention._full")
-    with right:
-        C.show_figure(figs["windowed"], "attention._windowed")
-    left, right = st.columns([3, 2])
-    with left:
-        C.show_figure(figs["diff"], "attention._diff")
-    with right:
-        C.show_figure(figs["cut"], "attention._cut")
+    scale = state["scale"]
+    AP.maps(data, scale)
+    AP.multiples(state, model, own_text, data.get("offset", 0), scale)
+    AP.query_text(data)
 
 with api.guard("retained-mass curves"):
     if st.toggle("Retained-mass curve for this head", value=True, key="attention._rm"):

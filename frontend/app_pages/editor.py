@@ -3,6 +3,7 @@
 import streamlit as st
 
 from frontend import api, components as C, editor_panel as E, figures as F, views
+from frontend import cold_open as O
 from frontend import generate_panel as G
 from frontend import plans as P
 
@@ -26,6 +27,7 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
     C.ensure_option(PAGE, "metric", ["causal_coverage", "acr"])
     c3.selectbox("Coverage metric for plots", ["causal_coverage", "acr"], key=C.key(PAGE, "metric"))
     model = next(m for m in models if m["id"] == model_id)
+    opening = st.empty()  # the cold open: filled after the panel, so the first loss is not held up by it
     own_info = api.cached("model_windows", model_id)
     url_plan, own, ignored = views.plan_for(model, state["plan"] if state["model"] in ("", model_id) else "")
     C.link_ignored(PAGE, "plan", ignored)
@@ -66,3 +68,14 @@ def panel() -> None:
 
 
 panel()
+with api.guard("the opening line"):
+    # from the model's own numbers: the one-head sweep (cached by the server after the first time), or
+    # for a large model the retained-mass curves (one forward pass)
+    if model["n_layer"] * model["n_head"] <= O.SWEEP_LIMIT:
+        sens = api.cached("sensitivity", model_id, st.session_state[C.key(PAGE, "eval")])
+        line = O.from_sensitivity(sens["delta"], sens["buckets"])
+    else:
+        rm = api.cached("retained_mass", model_id)
+        line = O.from_retained_mass(rm["mass"], rm["buckets"])
+    if line:
+        opening.info(line, icon="👋")

@@ -4,6 +4,7 @@ exported as one offline HTML deck."""
 import streamlit as st
 
 from frontend import api, components as C, export, views
+from frontend import view_manager as VM
 
 PAGE = "present"
 state = C.bind_state(PAGE)
@@ -40,9 +41,11 @@ def _mode(m: str) -> None:
 
 
 c1, c2, c3, c4 = st.columns([1, 1, 4, 2])
-c1.button("◀ Prev", key="present._prev", on_click=_step, args=(-1,), disabled=st.session_state[sk] == 0)
-c2.button("Next ▶", key="present._next", on_click=_step, args=(1,), disabled=st.session_state[sk] >= len(deck) - 1)
-c3.caption(f"slide {st.session_state[sk] + 1} of {len(deck)}")
+c1.button("◀ Prev", key="present._prev", on_click=_step, args=(-1,), disabled=st.session_state[sk] == 0,
+          shortcut="Left")
+c2.button("Next ▶", key="present._next", on_click=_step, args=(1,), disabled=st.session_state[sk] >= len(deck) - 1,
+          shortcut="Right")
+c3.caption(f"slide {st.session_state[sk] + 1} of {len(deck)} · ← → move between slides")
 c4.button("Leave present mode" if presenting else "Present (full screen, no sidebar)", key="present._mode",
           on_click=_mode, args=("" if presenting else "present",))
 state = C.current_state(PAGE)
@@ -60,7 +63,8 @@ with api.guard(f"slide “{view['name']}”"), st.spinner(f"Rendering “{view['
             C.show_figure(fig, f"present._fig.{view['id']}.{name}")
 
 if not presenting:
-    with st.expander("Export the deck"), api.guard("exporting the deck"):
+    VM.manager(saved)
+    with st.expander("Export the deck (one slide per screen; arrow keys move)"), api.guard("exporting the deck"):
         if st.button("Prepare offline HTML deck", key="present._html"):
             with st.spinner(f"Rendering {len(deck)} slides..."):
                 chosen = [v for i in deck for v in saved if v["id"] == i]

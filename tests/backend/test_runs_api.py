@@ -170,6 +170,30 @@ def test_views_crud(client):
     assert client.delete(f"{API}/views/{view['id']}").status_code == 404
 
 
+def test_views_are_renamed_reordered_and_deleted(client):
+    ids = [client.post(f"{API}/views", json={"name": f"v{i}", "page": "editor", "state": {}}).json()["id"]
+           for i in range(3)]
+    renamed = client.patch(f"{API}/views/{ids[1]}", json={"name": "the middle one"})
+    assert renamed.status_code == 200 and renamed.json()["name"] == "the middle one"
+    assert client.get(f"{API}/views/{ids[1]}").json()["name"] == "the middle one"
+    order = [ids[2], ids[0], ids[1]]
+    listed = client.put(f"{API}/views/order", json={"ids": order})
+    assert listed.status_code == 200 and [v["id"] for v in listed.json()] == order
+    assert [v["id"] for v in client.get(f"{API}/views").json()] == order  # the order is kept
+    new = client.post(f"{API}/views", json={"name": "v3", "page": "editor", "state": {}}).json()["id"]
+    assert [v["id"] for v in client.get(f"{API}/views").json()] == [*order, new]  # a new view comes last
+    r = client.put(f"{API}/views/order", json={"ids": order})
+    assert r.status_code == 422 and f"missing [{new}]" in r.json()["detail"]
+    r = client.put(f"{API}/views/order", json={"ids": [*order, new, 99999]})
+    assert r.status_code == 422 and "no such view [99999]" in r.json()["detail"]
+    r = client.put(f"{API}/views/order", json={"ids": [*order, new, new]})
+    assert r.status_code == 422 and "repeated" in r.json()["detail"]
+    assert client.patch(f"{API}/views/{ids[0]}", json={"name": ""}).status_code == 422
+    assert client.patch(f"{API}/views/99999", json={"name": "x"}).status_code == 404
+    assert client.delete(f"{API}/views/{ids[0]}").status_code == 204
+    assert [v["id"] for v in client.get(f"{API}/views").json()] == [ids[2], ids[1], new]
+
+
 @pytest.mark.parametrize("body", [
     {"name": "", "page": "p", "state": {}},
     {"name": "x" * 121, "page": "p", "state": {}},

@@ -144,7 +144,10 @@ class FakeApi:
 
     def sensitivity(self, model_id, eval_set="mixed"):
         self._rec("sensitivity", model_id, eval_set=eval_set)
-        return {"buckets": BUCKETS, "baseline_loss": 2.0, "delta": [[[0.3, 0.2, 0.1, 0.0]] * N_HEAD] * N_LAYER}
+        # the smallest window hurts L1H2 most and L0H0 least
+        delta = [[[0.3 if (layer, head) == (1, 2) else 0.01 * (layer * N_HEAD + head), 0.2, 0.1, 0.0]
+                  for head in range(N_HEAD)] for layer in range(N_LAYER)]
+        return {"buckets": BUCKETS, "baseline_loss": 2.0, "delta": delta}
 
     def allocate(self, model_id, budget, metric="causal_coverage", eval_set="mixed"):
         self._rec("allocate", model_id, budget, metric=metric, eval_set=eval_set)
@@ -284,3 +287,14 @@ class FakeApi:
     def delete_view(self, view_id):
         self._rec("delete_view", view_id)
         self.views_store = [v for v in self.views_store if v["id"] != view_id]
+
+    def rename_view(self, view_id, name):
+        self._rec("rename_view", view_id, name)
+        view = self.view(view_id)
+        view["name"] = name
+        return view
+
+    def order_views(self, ids):
+        self._rec("order_views", ids)
+        self.views_store = [self.view(i) for i in ids]
+        return list(self.views_store)

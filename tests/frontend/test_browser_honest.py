@@ -78,7 +78,7 @@ def test_retained_mass_axis_stays_within_the_models_context(live, model):
     stack, browser = live
     layer, head = model["n_layer"] - 1, 0
     page = S.open_page(browser, f"{stack.ui_url}/attention?layer={layer}&head={head}")
-    drawn = S.wait_for(lambda: S.plot(page, "mass within w keys"), what="the retained-mass chart")
+    drawn = S.wait_for(lambda: S.plot(page, "mass within w keys"), timeout=150, what="the retained-mass chart")
     assert drawn["xaxis"]["type"] == "log"
     lo, hi = (10 ** v for v in drawn["xaxis"]["range"])
     assert 1 - 1e-6 <= lo and hi <= model["seq_len"] * (1 + 1e-6)

@@ -37,3 +37,16 @@ def test_png_and_svg_render_with_the_local_chromium():
     fig = F.window_grid_figure([[4, None]])
     assert export.figure_image(fig, "png")[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"<svg" in export.figure_image(fig, "svg")[:200]
+
+
+def test_a_deck_is_one_slide_per_screen_with_arrow_keys():
+    figs = {f"g{i}": F.window_grid_figure([[4, None]]) for i in range(3)}
+    doc = export.html_document("deck", [export.Section("three", figs), *sections()], slides=True)
+    assert "<html class=deck>" in doc and "section.slide{height:100vh" in doc and "scroll-snap-type:y mandatory" in doc
+    # three figures share the screen: 2 columns x 2 rows, each figure sized by its cell (no fixed height)
+    assert doc.count("class='figs'") == 3 and "grid-template-columns:repeat(2,1fr);grid-template-rows:repeat(2,1fr)" in doc
+    first_slide = doc.split("class='figs'")[1].split("</section>")[0]
+    assert first_slide.count('"autosize":true') == 3
+    assert "var fwd = ['ArrowRight'" in doc and "slides[next].scrollIntoView()" in doc
+    view = export.html_document("view", sections())  # a single view keeps its figures' own heights
+    assert "<html class=deck>" not in view and "var fwd = " not in view and "class='figs'" not in view

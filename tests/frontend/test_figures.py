@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from frontend import attention_figures as A
 from frontend import figures as F
 
 PLAN = [[4, 8, None, 16], [8, None, 4, 4]]
@@ -43,7 +44,7 @@ def test_window_diff_outlines_changed_cells_in_both_maps():
 def test_attention_figure_blank_upper_triangle_and_fixed_scale():
     w = attn()
     w[0][3] = 0.7  # a value above the diagonal must still be blanked
-    fig = F.attention_figure(w, list("abcdef"), window=2)
+    fig = A.attention_figure(w, list("abcdef"), window=2)
     z = np.array(fig.data[0].z, dtype=float)
     assert np.isnan(z[np.triu_indices(6, k=1)]).all()
     assert not np.isnan(z[np.tril_indices(6)]).any()
@@ -51,32 +52,89 @@ def test_attention_figure_blank_upper_triangle_and_fixed_scale():
     assert (hm.zmin, hm.zmax, hm.hoverongaps) == (0, 1, False)
     assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis.title.text == "query"
     assert fig.layout.xaxis.title.text == "key"
-    assert hm.customdata[4][1][0] == "(4) e" and hm.customdata[4][1][1] == "(1) b" and hm.customdata[4][1][2] == 3
+    assert (hm.y[4], hm.x[1]) == ("(4) e", "(1) b") and list(hm.customdata[4][1]) == [3, pytest.approx(0.2)]
+    # token axes: one category per token, so the labels thin out to fit and every token shows when zoomed
+    assert fig.layout.xaxis.type == "category" and list(hm.x) == ["(0) a", "(1) b", "(2) c", "(3) d", "(4) e", "(5) f"]
+    assert list(fig.layout.yaxis.categoryarray) == list(hm.y) == list(hm.x)
+
+
+def test_attention_labels_count_from_the_texts_start_and_show_blank_tokens():
+    fig = A.attention_figure(attn(3), ["x", " ", "\n"], window=None, offset=500, pool=2)
+    assert list(fig.data[0].x) == ["(500) x", "(502) ␣", "(504) ↵"]
+
+
+def test_attention_colour_scales_keep_weak_weights_visible():
+    w = [[1.0, None, None], [0.999, 0.001, None], [0.5, 0.25, 0.25]]
+    lin = A.attention_figure(w, list("abc"), None, scale="linear").data[0]
+    log = A.attention_figure(w, list("abc"), None, scale="log").data[0]
+    row = A.attention_figure(w, list("abc"), None, scale="row").data[0]
+    assert (lin.zmin, lin.zmax, log.zmin, log.zmax, row.zmin, row.zmax) == (0, 1, A.LOG_FLOOR_EXP, 0, 0, 1)
+    assert np.array(log.z, dtype=float)[1, 1] == pytest.approx(-3.0)  # 0.001 -> 1e-3, mid-scale, not washed out
+    assert np.array(row.z, dtype=float)[2].tolist() == pytest.approx([1.0, 0.5, 0.5])  # ÷ the row's largest
+    assert np.isnan(np.array(row.z, dtype=float)[0, 1]) and np.isnan(np.array(log.z, dtype=float)[0, 2])
+    assert log.customdata[1][1][1] == pytest.approx(0.001)  # the hover keeps the weight itself
+    with pytest.raises(ValueError, match="colour scale"):
+        A.attention_figure(w, list("abc"), None, scale="cubic")
+
+
+def test_head_multiples_one_map_per_head_and_clicks_name_the_head():
+    maps = [attn(4), attn(4), attn(4)]
+    fig = A.head_multiples_figure(maps, [2, None, 3], layer=1, selected=2, cols=2)
+    heat = [t for t in fig.data if t.type == "heatmap"]
+    marks = [t for t in fig.data if t.type == "scatter"]
+    assert len(heat) == 3 and len(marks) == 3 and fig.data.index(marks[0]) == 3
+    assert [a.text for a in fig.layout.annotations] == ["H0 · window 2", "H1 · window full", "H2 · window 3 (open)"]
+    assert [t.showscale for t in heat] == [True, False, False]
+    outlined = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert [(s.xref, s.yref) for s in outlined] == [("x3 domain", "y3 domain")]
+    assert {s.xref for s in fig.layout.shapes if s.name == "window"} == {"x", "x3"}  # H1 is full: no edge
+    assert A.clicked_head([{"curve_number": 4}], 3) == 1 and A.clicked_head([{"curve_number": 1}], 3) is None
+
+
+def test_small_multiples_are_averaged_down_and_keep_the_band_in_blocks():
+    z = A.as_matrix(attn(200))
+    small = A.block_mean(z, 64)
+    assert small.shape == (50, 50)  # blocks of 4
+    assert small[10, 3] == pytest.approx(np.mean(z[40:44, 12:16])) and np.isnan(small[3, 10])
+    assert A.block_mean(z[:8, :8], 64).shape == (8, 8)  # small maps keep every cell
+    fig = A.head_multiples_figure([attn(200)], [40], layer=0)
+    assert np.array(fig.data[0].z).shape == (50, 50)
+    window = next(s for s in fig.layout.shapes if s.name == "window")
+    assert window.path.startswith("M -0.5,9.5")  # 40 tokens = 10 blocks of 4
+
+
+def test_query_text_colours_each_key_by_the_queries_weight():
+    html = A.query_text_html(["<a>", "b", "c", "d"], [0.2, 0.8, 0.0, None], 2, offset=10)
+    spans = html.split("<span")[1:]
+    assert len(spans) == 4 and "&lt;a&gt;" in spans[0]  # escaped
+    assert "rgba(31,119,180,0.250)" in spans[0] and "rgba(31,119,180,1.000)" in spans[1]
+    assert "outline" in spans[2] and "(12) weight 0.0000" in spans[2]  # the query, at its text position
+    assert "color:#aaa" in spans[3] and "after the query" in spans[3]
 
 
 def test_band_coordinates_separate_kept_from_cut_keys():
-    band = F.band_coordinates(6, 2)
+    band = A.band_coordinates(6, 2)
     assert band["diagonal"][:3] == [(-0.5, -0.5), (0.5, -0.5), (0.5, 0.5)]  # right of key 0 in row 0
     edge = band["window"]
     assert edge[0] == (-0.5, 1.5)  # rows 0 and 1 keep every key; row 2 is the first to lose one
     # row 4 keeps keys 3, 4 (w = 2): its edge is the vertical segment x = 2.5 from y = 3.5 to 4.5
     assert ((2.5, 3.5), (2.5, 4.5)) in list(zip(edge, edge[1:]))
     assert edge[-1] == (3.5, 5.5)
-    assert "window" not in F.band_coordinates(6, None) and "window" not in F.band_coordinates(6, 6)
+    assert "window" not in A.band_coordinates(6, None) and "window" not in A.band_coordinates(6, 6)
 
 
 def test_attention_band_shapes_follow_pooling():
-    fig = F.attention_figure(attn(8), list("abcdefgh"), window=8, pool=4)  # window 8 tokens = 2 pooled blocks
+    fig = A.attention_figure(attn(8), list("abcdefgh"), window=8, pool=4)  # window 8 tokens = 2 pooled blocks
     paths = {s.name: s.path for s in fig.layout.shapes}
     assert paths["window"].startswith("M -0.5,1.5 L 0.5,1.5")
     assert paths["diagonal"].startswith("M -0.5,-0.5 L 0.5,-0.5")
-    assert F.attention_figure(attn(), list("abcdef"), window=None).layout.title.text.endswith("(window full)")
+    assert A.attention_figure(attn(), list("abcdef"), window=None).layout.title.text.endswith("(window full)")
 
 
 def test_attention_diff_is_diverging_and_symmetric():
     full = attn()
     win = [[(v * 0.5 if v is not None else None) for v in row] for row in full]
-    fig = F.attention_diff_figure(full, win, list("abcdef"))
+    fig = A.attention_diff_figure(full, win, list("abcdef"))
     hm = fig.data[0]
     assert hm.colorscale[0][1] != hm.colorscale[-1][1] and hm.zmid == 0
     assert hm.zmin == -hm.zmax == pytest.approx(-0.5)
@@ -84,7 +142,7 @@ def test_attention_diff_is_diverging_and_symmetric():
 
 
 def test_cut_mass_bars_on_query_axis():
-    fig = F.cut_mass_figure([0.0, 0.2, 0.5], list("abc"))
+    fig = A.cut_mass_figure([0.0, 0.2, 0.5], list("abc"))
     assert list(fig.data[0].x) == [0.0, 0.2, 0.5] and fig.layout.yaxis.autorange == "reversed"
     assert tuple(fig.layout.xaxis.range) == (0, 1)
 

@@ -83,6 +83,13 @@ def test_editor_evaluates_the_models_own_plan_with_per_token(fake_api):
     assert at.metric[1].value == "+0.0000"
 
 
+def test_editor_opens_with_a_sentence_from_the_models_own_sweep(fake_api):
+    at = page("editor")
+    assert fake_api.called("sensitivity")[0][2] == {"eval_set": "mixed"}
+    line = next(i.value for i in at.info if "needs far context most" in i.value)
+    assert "layer 1 head 2" in line and "set it to 4" in line  # the fake sweep's worst head, its smallest window
+
+
 def test_editor_cell_edit_evaluates_the_new_plan_and_updates_the_url(fake_api):
     at = page("editor")
     at.selectbox(key="editor.layer").select(1).run()
@@ -97,6 +104,20 @@ def test_editor_cell_edit_evaluates_the_new_plan_and_updates_the_url(fake_api):
     assert "plan" not in url(at)  # back to the model's own plan
     at.button(key="editor._redo").click().run()
     assert url(at)["plan"] == "4.8.f.16_8.f.4.16"
+
+
+def test_editor_takes_any_typed_window_not_only_the_buckets(fake_api):
+    at = page("editor", layer="1", head="2")
+    typed = [n for n in at.number_input if n.key.startswith("editor._typed.")]
+    assert len(typed) == 1 and typed[0].value == 4  # the head's current window
+    typed[0].set_value(13).run()  # 13 is no bucket of this model
+    plan = [list(r) for r in OWN]
+    plan[1][2] = 13
+    assert fake_api.called("evaluate")[-1][1] == ("demo", plan) and url(at)["plan"] == "4.8.f.16_8.f.13.4"
+    assert "13" in at.pills[0].options and at.button(key="editor._undo").disabled is False
+    typed = [n for n in at.number_input if n.key.startswith("editor._typed.")]
+    typed[0].set_value(32).run()  # the context (T=32): full
+    assert fake_api.called("evaluate")[-1][1][1][1][2] is None
 
 
 def test_editor_opens_the_plan_from_a_shared_link(fake_api):
@@ -150,8 +171,10 @@ def test_save_view_posts_the_page_state(fake_api):
 def test_attention_url_state_drives_the_request_and_round_trips(fake_api):
     params = {"model": "demo", "text": "c1", "layer": "1", "head": "2", "window": "8"}
     at = page("attention", **params)
-    (_, args, kwargs), = fake_api.called("attention")
+    (_, args, kwargs), *heads = fake_api.called("attention")
     assert args == ("demo", 1, 2) and kwargs == {"text_id": "c1", "window": 8}
+    # the layer's other heads for the small multiples (head 2's maps come from the cache)
+    assert sorted(a for _, a, _ in heads) == [("demo", 1, 0), ("demo", 1, 1), ("demo", 1, 3)]
     assert url(at) == params
     at.selectbox(key="attention.window").select("full").run()
     assert fake_api.called("attention")[-1][2]["window"] is None  # full is null, as in a plan
@@ -159,6 +182,8 @@ def test_attention_url_state_drives_the_request_and_round_trips(fake_api):
     assert fake_api.called("attention")[-1][2]["window"] == "own"  # the head's own window, asked explicitly
     at.toggle(key="attention._sens").set_value(True).run()
     assert fake_api.called("sensitivity") and not at.exception
+    at.selectbox(key="attention.scale").select("log").run()
+    assert url(at)["scale"] == "log" and not at.exception  # the colour scale is part of the link
 
 
 def test_runs_filters_launch_and_cancel(fake_api):
@@ -285,8 +310,9 @@ def test_attention_on_the_users_own_text(fake_api):
     at = page("attention", text="own")
     assert not fake_api.called("attention") and at.info  # asks for a text first
     at.text_area(key="attention._own_text").input("def f(x): return x").run()
-    (_, args, kwargs), = fake_api.called("attention")
+    (_, args, kwargs), *heads = fake_api.called("attention")
     assert args == ("demo", 0, 0) and kwargs["text"] == "def f(x): return x" and not at.exception
+    assert all(kw["text"] == "def f(x): return x" for _, _, kw in heads)  # the small multiples: same text
 
 
 def test_editor_shows_the_exact_cost_beside_the_loss_for_every_edit(fake_api):
@@ -343,3 +369,19 @@ def test_editor_offers_a_hugging_face_model_with_its_native_windows_and_context_
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     cells = next(t for c in charts for t in c["data"] if t.get("name") == "cells")  # the window map's cells
     assert cells["text"] == ["8"] * 4 + ["full"] * 4
+
+
+def test_present_renames_reorders_and_deletes_saved_views(fake_api):
+    for name in ("a", "b", "c"):
+        fake_api.create_view(name, "editor", {})
+    at = page("present")
+    assert at.session_state["present.deck"] == [1, 2, 3]
+    at.button(key="present._down.1").click().run()
+    assert fake_api.called("order_views")[-1][1] == ([2, 1, 3],)
+    assert at.session_state["present.deck"] == [2, 1, 3]  # the deck follows the stored order
+    at.text_input(key="present._name.3").input("the last one")
+    at.button(key="present._rename.3").click().run()
+    assert fake_api.called("rename_view")[-1][1] == (3, "the last one") and fake_api.views_store[2]["name"] == "the last one"
+    at.button(key="present._delete.2").click().run()
+    assert [v["id"] for v in fake_api.views_store] == [1, 3] and at.session_state["present.deck"] == [1, 3]
+    assert not at.exception and not at.error
