@@ -31,7 +31,8 @@ def test_reads_need_no_token(secured):
                                      {"Authorization": TOKEN}])
 def test_mutations_need_the_token(secured, headers):
     for method, path, body in [("post", "/views", {"name": "v", "page": "p", "state": {}}),
-                               ("delete", "/views/1", None), ("post", "/runs", {"preset": "tiny"}),
+                               ("delete", "/views/1", None), ("patch", "/views/1", {"name": "x"}),
+                               ("put", "/views/order", {"ids": [1]}), ("post", "/runs", {"preset": "tiny"}),
                                ("post", "/runs/1/cancel", None), ("patch", "/runs/1", {"notes": "x"})]:
         r = secured.request(method.upper(), f"{API}{path}", json=body, headers=headers)
         assert r.status_code == 401, (path, headers)

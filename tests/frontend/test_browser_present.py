@@ -1,0 +1,60 @@
+"""Present in a real browser (issue 13): arrow keys move between slides, and the exported deck shows
+one slide per screen (opened offline). Chromium through Playwright against the real API and dashboard
+(the session's stack from conftest.py)."""
+
+import httpx
+import pytest
+
+from tests.frontend import stack as S
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def _caption(page) -> str:
+    return " ".join(t for t in page.locator('[data-testid="stCaptionContainer"]').all_inner_texts() if "slide " in t)
+
+
+def test_arrow_keys_move_between_slides_and_the_deck_is_one_slide_per_screen(live, tmp_path):
+    stack, browser = live
+    api = f"{stack.api_url}/api/v1"
+    for name in ("arrow one", "arrow two"):
+        httpx.post(f"{api}/views", json={"name": name, "page": "runs", "state": {"paper": False}}, timeout=30)
+    n = len(httpx.get(f"{api}/views", timeout=30).json())
+    page = S.open_page(browser, f"{stack.ui_url}/present")
+    S.wait_for(lambda: f"slide 1 of {n}" in _caption(page), what="the first slide")
+    page.locator('kbd[aria-label="Shortcut →"]').wait_for()  # the shortcut is registered
+
+    def moved(key: str, before: int, after: int) -> bool:
+        # a key pressed while Streamlit still reruns can be dropped on a loaded box: press it again only
+        # while the caption still shows the slide before
+        if f"slide {before} of {n}" in _caption(page):
+            page.keyboard.press(key)
+            page.wait_for_timeout(2_000)
+        return f"slide {after} of {n}" in _caption(page)
+
+    S.wait_for(lambda: moved("ArrowRight", 1, 2), timeout=90, what="the next slide after →")
+    S.wait_for(lambda: moved("ArrowLeft", 2, 1), timeout=90, what="the first slide again after ←")
+
+    page.get_by_text("Export the deck").click()
+    page.get_by_role("button", name="Prepare offline HTML deck").click()
+    button = page.get_by_role("button", name="Download deck (HTML, plotly.js inlined, opens offline)")
+    button.wait_for(timeout=180_000)
+    with page.expect_download() as info:
+        button.click()
+    path = tmp_path / "deck.html"
+    info.value.save_as(path)
+    page.close()
+
+    offline = browser.new_context(offline=True, viewport={"width": 1280, "height": 800})
+    view = offline.new_page()
+    view.goto(path.as_uri())
+    view.wait_for_selector("section.slide .js-plotly-plot .main-svg", timeout=60_000)
+    heights = view.evaluate("[...document.querySelectorAll('section.slide')].map(s => s.getBoundingClientRect().height)")
+    assert len(heights) == n and all(h == pytest.approx(800, abs=1) for h in heights)
+    fits = view.evaluate("""[...document.querySelectorAll('section.slide')].every(s =>
+        [...s.querySelectorAll('.js-plotly-plot')].every(p => p.getBoundingClientRect().bottom
+                                                          <= s.getBoundingClientRect().bottom + 1))""")
+    assert fits  # every figure of a slide is on its screen
+    view.keyboard.press("ArrowRight")
+    S.wait_for(lambda: view.evaluate("window.scrollY") == pytest.approx(800, abs=2), what="one screen down")
+    offline.close()
