@@ -70,17 +70,15 @@ def current_state(page: str) -> dict[str, Any]:
 
 
 def ensure_option(page: str, name: str, options: Sequence[Any], what: str = "not one of the choices",
-                  label: Callable[[Any], str] = str, fallback: Any = None) -> None:
+                  label: Callable[[Any], str] = str) -> None:
     """Make the bound value one of `options`; a value from the link that is not is reported
-    ("run=99999 (no such run; showing #11)") and falls back to `fallback` (when it is an option) or
-    the first option."""
+    ("run=99999 (no such run; showing #11)") and falls back to the first option."""
     k = key(page, name)
     value = st.session_state.get(k)
     bad = bool(options) and value not in options
-    chosen = fallback if fallback in options else (options[0] if options else None)
-    link_ignored(page, name, [f"{name}={value} ({what}; showing {label(chosen)})"] if bad else [])
+    link_ignored(page, name, [f"{name}={value} ({what}; showing {label(options[0])})"] if bad else [])
     if bad:
-        st.session_state[k] = chosen
+        st.session_state[k] = options[0]
 
 
 def keep_known(page: str, name: str, known: Sequence[Any], what: str) -> list:

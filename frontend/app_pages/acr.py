@@ -11,6 +11,7 @@ from frontend import plans as P
 
 PAGE = "acr"
 st.title("ACR curves")
+first_visit = PAGE not in st.session_state.get("_seeded_pages", set()) and "run" not in st.query_params
 state = C.bind_state(PAGE)
 
 with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
@@ -19,8 +20,9 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
         C.placeholder("No runs in the store yet. Launch one on the Runs page.")
         st.stop()
     labels = {r["id"]: f"#{r['id']} {r['name']} ({r['status']})" for r in runs}
-    # no run in the link: the newest finished run whose windows change during training
-    C.ensure_option(PAGE, "run", list(labels), "no such run", lambda i: f"run #{i}", fallback=G.default_run(runs))
+    if first_visit:  # no run in the link: the newest finished run whose windows change during training
+        st.session_state[C.key(PAGE, "run")] = G.default_run(runs)
+    C.ensure_option(PAGE, "run", list(labels), "no such run", lambda i: f"run #{i}")
     c1, c2, c3 = st.columns([2, 3, 1])
     run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=C.key(PAGE, "run"))
     metrics = api.call("run_metrics", run_id, max_points=views.CURVE_POINTS)["series"]
