@@ -112,7 +112,7 @@ class TrackingCallback(Callback):
         if self._thread is None:
             return
         final: list[Op] = []
-        body: dict[str, Any] = {"status": status, "error": error, "step": self._step}
+        body: dict[str, Any] = {"status": status, "error": error and error[:10_000], "step": self._step}
         if self._checkpoint is not None and status != "FAILED":
             if self.upload:
                 final.append({"op": "checkpoint", "run_key": self.run_key, "path": str(self._checkpoint)})
