@@ -25,6 +25,7 @@ from aah_core.config import RunConfig
 from aah_core.data.tokenizers import make_tokenizer
 from aah_core.errors import AAHError, CheckpointError
 from aah_core.model import WindowedGPT
+from aah_core.resources import param_count
 from aah_core.windows import plan_to_json, validate_plan
 
 FORMAT = "aah-studio/checkpoint-v1"
@@ -143,6 +144,21 @@ def _unreadable_weights(path: Path, exc: Exception) -> CheckpointError:
     return CheckpointError(f"{path}/model.safetensors: unreadable ({exc}); the file is corrupt or not safetensors")
 
 
+def _stored_params(path: Path, config: RunConfig) -> int:
+    """Elements in model.safetensors (header only), which must be what config.json describes: a config
+    with huge dimensions is refused here, before a model of that size is built."""
+    try:
+        with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+            n_params = int(sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys()))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise _unreadable_weights(path, exc) from None
+    expected = param_count(config.model)
+    if n_params != expected:
+        raise CheckpointError(f"{path}: config.json describes a model of {expected:,} parameters but "
+                              f"model.safetensors holds {n_params:,}; the checkpoint is inconsistent")
+    return n_params
+
+
 def read_checkpoint_info(path: str | Path) -> CheckpointInfo:
     """Config, validated plan, parameter count and meta of a checkpoint directory, from its JSON files and
     the safetensors header only (no weights are read). Raises CheckpointError naming the bad file."""
@@ -150,12 +166,7 @@ def read_checkpoint_info(path: str | Path) -> CheckpointInfo:
     _check_files(path)
     config, meta = _read_config(path)
     plan, controller_state = _read_plan(path, config)
-    try:
-        with safe_open(str(path / "model.safetensors"), framework="pt") as f:
-            n_params = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise _unreadable_weights(path, exc) from None
-    return CheckpointInfo(config, plan, int(n_params), meta, controller_state)
+    return CheckpointInfo(config, plan, _stored_params(path, config), meta, controller_state)
 
 
 def read_train_state(path: str | Path) -> dict[str, torch.Tensor] | None:
@@ -196,6 +207,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
     path = Path(path)
     _check_files(path)
     config, meta = _read_config(path)
+    _stored_params(path, config)
     try:
         model = WindowedGPT(config.model, make_tokenizer(config.data.tokenizer, config.data.tokenizer_dir))
         state = load_file(str(path / "model.safetensors"), device=device)

@@ -33,9 +33,11 @@ def _parse_sets(pairs: list[str]) -> dict[str, str]:
 def cmd_train(args: argparse.Namespace) -> int:
     from aah_core.config import apply_overrides
     from aah_core.presets import get_preset
+    from aah_core.resources import check_fits
     from aah_core.train import JsonlSink, PlanJsonlSink, ProgressBar, train
 
     config = apply_overrides(get_preset(args.preset), _parse_sets(args.set))
+    check_fits(config)  # a run that cannot fit this machine is refused before it starts
     out = Path(args.out or f"runs/{config.preset}")
     metrics, plans = (out.parent / f"{out.name}.{kind}.jsonl" for kind in ("metrics", "plans"))
     if args.resume is None:

@@ -2,6 +2,11 @@
 
 Each section round-trips through JSON (to_dict / from_dict) and is saved next to the weights.
 Overrides use dotted keys, e.g. ``train.lr=1e-3`` or ``model.n_layer=2``.
+
+Every number has bounds (MODEL_BOUNDS, DATA_BOUNDS, TRAIN_BOUNDS), checked on construction, so the CLI,
+POST /runs and a checkpoint's config.json are all refused alike, naming the field. The bounds are what
+the engine can represent sensibly, not what one machine can hold: whether a config fits this machine's
+memory is aah_core.resources.check_fits, asked before a job starts.
 """
 
 from __future__ import annotations
@@ -10,10 +15,27 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from aah_core.coerce import coerce, field_types
+from aah_core.coerce import SEQ_LEN_MAX, STEPS_MAX, Bounds, check_bounds, coerce, field_types
 from aah_core.controller_config import ControllerSettings, parse_controller
 from aah_core.errors import InvalidConfig
 from aah_core.windows import decode_window
+
+MODEL_BOUNDS: Bounds = {
+    "vocab_size": (1, 1 << 20), "seq_len": (1, SEQ_LEN_MAX), "n_layer": (1, 256), "n_head": (1, 256),
+    "d_model": (1, 1 << 15), "mlp_ratio": (1, 64), "dropout": (0.0, 1.0), "rope_base": (1.0, 1e12),
+}
+MAX_BUCKETS = 64
+PATH_CHARS = 4096
+DATA_BOUNDS: Bounds = {
+    "synthetic_fraction": (0.0, 1.0), "copy_min_span": (2, SEQ_LEN_MAX), "copy_max_span": (2, SEQ_LEN_MAX),
+    "val_fraction": (0.0, 0.5),
+}
+TRAIN_BOUNDS: Bounds = {
+    "max_steps": (1, STEPS_MAX), "batch_size": (1, 1 << 16), "lr": (0.0, 10.0), "min_lr_ratio": (0.0, 1.0),
+    "warmup_steps": (0, STEPS_MAX), "weight_decay": (0.0, 10.0), "beta1": (0.0, 1.0), "beta2": (0.0, 1.0),
+    "grad_clip": (0.0, 1e6), "seed": (0, 2**32 - 1), "eval_every": (1, STEPS_MAX), "eval_batches": (1, 10_000),
+    "checkpoint_every": (0, STEPS_MAX), "threads": (0, 1024), "stop_copy_below_chance": (0.0, 100.0),
+}
 
 
 @dataclass
@@ -31,17 +53,17 @@ class ModelConfig:
     buckets: list[int | None] = field(default_factory=lambda: [4, 8, 16, 32, 64, 128, None])
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "seq_len", "n_layer", "n_head", "d_model", "mlp_ratio"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise InvalidConfig(f"model.{name} must be a positive integer; got {getattr(self, name)!r}")
+        check_bounds(self, "model", MODEL_BOUNDS)
         if self.d_model % self.n_head:
             raise InvalidConfig(f"model.d_model={self.d_model} must be divisible by model.n_head={self.n_head}")
         if self.positions not in ("rope", "learned"):
             raise InvalidConfig(f"model.positions must be 'rope' or 'learned'; got {self.positions!r}")
         if self.positions == "rope" and (self.d_model // self.n_head) % 2:
             raise InvalidConfig("model.positions='rope' needs an even head dimension (d_model / n_head)")
-        if not 0.0 <= self.dropout < 1.0:
+        if self.dropout >= 1.0:
             raise InvalidConfig(f"model.dropout must be in [0, 1); got {self.dropout}")
+        if not isinstance(self.buckets, list) or len(self.buckets) > MAX_BUCKETS:
+            raise InvalidConfig(f"model.buckets must be a list of at most {MAX_BUCKETS} windows")
         finite = [b for b in self.buckets if b is not None]
         if not self.buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in finite):
             raise InvalidConfig(f"model.buckets must be integers >= 1 or null (full); got {self.buckets!r}")
@@ -70,13 +92,16 @@ class DataConfig:
     val_fraction: float = 0.05
 
     def __post_init__(self) -> None:
+        check_bounds(self, "data", DATA_BOUNDS)
+        for name in ("corpus", "tokenizer_dir"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or len(value) > PATH_CHARS:
+                raise InvalidConfig(f"data.{name} must be a path of at most {PATH_CHARS} characters")
         if self.tokenizer not in ("byte", "gpt2"):
             raise InvalidConfig(f"data.tokenizer must be 'byte' or 'gpt2'; got {self.tokenizer!r}")
         if self.synthetic not in ("copy", "recall", "none"):
             raise InvalidConfig(f"data.synthetic must be 'copy', 'recall' or 'none'; got {self.synthetic!r}")
-        if not 0.0 <= self.synthetic_fraction <= 1.0:
-            raise InvalidConfig(f"data.synthetic_fraction must be in [0, 1]; got {self.synthetic_fraction}")
-        if not 2 <= self.copy_min_span <= self.copy_max_span:
+        if self.copy_min_span > self.copy_max_span:
             raise InvalidConfig("data.copy_min_span must be >= 2 and <= data.copy_max_span")
         if not 0.0 < self.val_fraction < 0.5:
             raise InvalidConfig(f"data.val_fraction must be in (0, 0.5); got {self.val_fraction}")
@@ -103,13 +128,14 @@ class TrainConfig:
     stop_copy_below_chance: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("max_steps", "batch_size", "eval_every", "eval_batches"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise InvalidConfig(f"train.{name} must be a positive integer; got {getattr(self, name)!r}")
+        check_bounds(self, "train", TRAIN_BOUNDS)
         if self.lr <= 0:
             raise InvalidConfig(f"train.lr must be > 0; got {self.lr}")
-        if self.warmup_steps < 0 or self.checkpoint_every < 0:
-            raise InvalidConfig("train.warmup_steps and train.checkpoint_every must be >= 0")
+        for name in ("beta1", "beta2"):
+            if getattr(self, name) >= 1.0:
+                raise InvalidConfig(f"train.{name} must be in [0, 1); got {getattr(self, name)}")
+        if not isinstance(self.backend, str) or len(self.backend) > 32:
+            raise InvalidConfig("train.backend must be a backend name (auto, reference, banded, flex, flash)")
 
 
 @dataclass

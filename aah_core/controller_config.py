@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from aah_core.coerce import coerce, field_types
+from aah_core.coerce import SEQ_LEN_MAX, STEPS_MAX, Bounds, check_bounds, coerce, field_types
 from aah_core.errors import InvalidConfig, InvalidWindowPlan
 from aah_core.windows import JsonPlan, decode_window, pair_count, validate_plan
 
@@ -44,7 +44,12 @@ CHOICES = {
     "pairwise": ("joint_sibling", "none"),
     "budget_metric": ("causal_coverage", "acr"),
 }
-
+AAH_BOUNDS: Bounds = {  # sizes bound the scorer's memory; steps bound schedules
+    "max_depth": (1, 64), "control_interval": (1, STEPS_MAX), "w_min": (1, SEQ_LEN_MAX), "control_dim": (1, 4096),
+    "feature_rows": (1, SEQ_LEN_MAX), "feature_seqs": (1, 1 << 16), "warmup_steps": (0, STEPS_MAX),
+    "ramp_steps": (0, STEPS_MAX), "min_group_size": (0, 1 << 16), "joint_hidden_dim": (0, 4096),
+    "ema_alpha": (0.0, 1.0), "resolution_ema": (0.0, 1.0),
+}
 
 
 @dataclass
@@ -106,12 +111,11 @@ class AAHSettings:
 
     def __post_init__(self) -> None:
         _check_choices(self)
-        for name in ("max_depth", "control_interval", "w_min", "control_dim", "feature_rows", "feature_seqs"):
-            _at_least(self, name, 1)
-        for name in ("warmup_steps", "ramp_steps", "min_group_size", "joint_hidden_dim"):
-            _at_least(self, name, 0)
+        check_bounds(self, "controller", AAH_BOUNDS)
+        if self.seed is not None:
+            check_bounds(self, "controller", {"seed": (0, 2**32 - 1)})
         for name in ("ema_alpha", "resolution_ema"):
-            if not 0.0 <= getattr(self, name) < 1.0:
+            if getattr(self, name) >= 1.0:
                 raise InvalidConfig(f"controller.{name} must be in [0, 1); got {getattr(self, name)}")
         if self.logit_scale <= 0:
             raise InvalidConfig(f"controller.logit_scale must be > 0; got {self.logit_scale}")
@@ -231,9 +235,3 @@ def _check_choices(obj: Any) -> None:
     for name, allowed in CHOICES.items():
         if hasattr(obj, name) and getattr(obj, name) not in allowed:
             raise InvalidConfig(f"controller.{name} must be one of {list(allowed)}; got {getattr(obj, name)!r}")
-
-
-def _at_least(obj: Any, name: str, low: int) -> None:
-    value = getattr(obj, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidConfig(f"controller.{name} must be an integer >= {low}; got {value!r}")

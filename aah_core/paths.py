@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aah_core.config import RunConfig
+from aah_core.data.corpus import check_corpus
 from aah_core.errors import InvalidConfig
 
 # The data settings that name files or folders, and the value that names no path.
@@ -46,12 +47,15 @@ def confine(value: str, roots: Sequence[Path], key: str) -> Path:
 
 def confine_data_paths(config: RunConfig, roots: Sequence[Path]) -> RunConfig:
     """The config with data.corpus / data.tokenizer_dir replaced by their resolved paths inside
-    ``roots`` (the bundled corpus and an empty tokenizer folder name no path and pass as they are)."""
+    ``roots`` (the bundled corpus and an empty tokenizer folder name no path and pass as they are).
+    A corpus inside the roots must also be one (aah_core.data.corpus.check_corpus: text, bounded)."""
     changes = {}
     for name, no_path in PATH_SETTINGS.items():
         value = getattr(config.data, name)
         if value != no_path:
             changes[name] = str(confine(value, roots, f"data.{name}"))
+    if "corpus" in changes:
+        check_corpus(changes["corpus"])
     if not changes:
         return config
     return dataclasses.replace(config, data=dataclasses.replace(config.data, **changes))

@@ -2,7 +2,7 @@
 
 The two children are the documented entry points (ARCHITECTURE.md, "Entry points"):
 
-    python -m uvicorn backend.app:app --host HOST --port API_PORT
+    python -m uvicorn backend.app:app --host HOST --port API_PORT --http backend.protocol:TimedH11Protocol
     streamlit run frontend/app.py --server.headless true --server.address HOST --server.port UI_PORT
 
 Each child runs in its own session, hence its own process group, so that a Ctrl-C in the terminal
@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 API_HEALTH = "/api/v1/health"
 UI_HEALTH = "/_stcore/health"
+API_PROTOCOL = "backend.protocol:TimedH11Protocol"  # h11 with a read deadline per request (408)
 DEFAULT_API_PORT = 8000
 DEFAULT_UI_PORT = 8501
 STOP_GRACE_S = 20.0  # the API gives its training workers AAH_JOB_GRACE_S (10 s) to checkpoint
@@ -126,7 +127,7 @@ def _children(data_dir: Path, host: str, api_port: int, ui_port: int, log_dir: P
     api_env.setdefault("AAH_ALLOWED_HOSTS", f"localhost,127.0.0.1,[::1],{_url_host(host)}")
     ui_env = {**base, "AAH_API_URL": api_url}
     api = Child("API", [sys.executable, "-m", "uvicorn", "backend.app:app", "--host", host,
-                        "--port", str(api_port)], api_env, api_url + API_HEALTH,
+                        "--port", str(api_port), "--http", API_PROTOCOL], api_env, api_url + API_HEALTH,
                 log_dir / "api.log" if log_dir else None)
     ui_cmd = [sys.executable, "-m", "streamlit", "run", str(root / "frontend" / "app.py"),
               "--server.headless", "true", "--server.address", host, "--server.port", str(ui_port),

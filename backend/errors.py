@@ -2,7 +2,9 @@
 
 Store and services raise ``ServiceError`` subclasses (no HTTP imports there); engine errors
 (``aah_core.errors``) are mapped by type. Every error body is ``{"detail": str}``; a
-validation error also carries ``errors`` (pydantic's list) for programs.
+validation error also carries ``errors`` (pydantic's list) for programs. A store that cannot be
+written for now (locked past the busy timeout, disk full, I/O error) answers 503 with Retry-After:
+the request may succeed later (its transaction was rolled back).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aah_core.errors import AAHError, BackendUnavailable, CheckpointError, InvalidConfig, InvalidWindowPlan
@@ -67,6 +70,27 @@ ENGINE_STATUS: tuple[tuple[type[AAHError], int], ...] = (
 )
 
 
+# Database errors that pass (lock released, space freed, server back): message fragment (SQLite's and
+# PostgreSQL's, lower case) -> (what the user is told, seconds to wait before retrying).
+STORE_FAULTS: tuple[tuple[str, str, int], ...] = (
+    ("database is locked", "the run store is locked by another writer", 5),
+    ("database table is locked", "the run store is locked by another writer", 5),
+    ("database or disk is full", "the disk holding the run store is full", 60),
+    ("no space left on device", "the disk holding the run store is full", 60),
+    ("disk i/o error", "the run store could not be read or written (disk I/O error)", 30),
+    ("unable to open database file", "the run store's file cannot be opened", 30),
+    ("could not connect", "the database server cannot be reached", 10),
+    ("connection refused", "the database server cannot be reached", 10),
+    ("too many clients", "the database server has too many connections", 5),
+)
+
+
+def store_fault(exc: OperationalError) -> tuple[str, int] | None:
+    """(reason, retry-after seconds) when `exc` is a passing store fault, else None (a bug)."""
+    text = str(exc.orig if exc.orig is not None else exc).lower()
+    return next(((reason, wait) for fragment, reason, wait in STORE_FAULTS if fragment in text), None)
+
+
 def _json(status: int, detail: str, retry_after: int | None = None, **extra: object) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
     if retry_after is not None:
@@ -109,6 +133,16 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
         return _json(422, validation_detail(list(exc.errors())), errors=_jsonable(errors))
+
+    @app.exception_handler(OperationalError)
+    async def _store(request: Request, exc: OperationalError) -> JSONResponse:
+        fault = store_fault(exc)
+        if fault is None:
+            return await _last_resort(request, exc)
+        reason, wait = fault
+        logger.warning("%s %s: store unavailable (%s)", request.method, request.url.path, exc.orig)
+        return JSONResponse({"detail": f"{reason}; retry in {wait} s"}, status_code=503,
+                            headers={"Retry-After": str(wait)})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -1,5 +1,7 @@
-"""OpenAPI as the service really behaves: errors are ``{"detail": str}`` (not FastAPI's list),
-and only mutating operations carry the (optional) bearer-token security requirement."""
+"""OpenAPI as the service really behaves: errors are ``{"detail": str}`` (not FastAPI's list), and
+when the server has a token (AAH_API_TOKEN) the mutating operations require it: ``security:
+[{bearerAuth: []}]``, with no anonymous alternative. Without a token nothing requires auth, and the
+spec says so by carrying no security requirement (and no 401) at all."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ ERROR_STATUSES = {
     "409": "Conflict (e.g. cancelling a run that already ended)",
     "413": "Request body larger than AAH_MAX_BODY_BYTES",
     "422": "Validation error; detail names the field",
-    "503": "Not available now (job cap reached, model cannot be loaded)",
+    "503": "Not available now (job cap reached, model cannot be loaded, store locked or full: see Retry-After)",
 }
 
 
@@ -44,19 +46,21 @@ def install_openapi(app: FastAPI) -> None:
         schemas["Error"] = ERROR_SCHEMA
         schemas.pop("HTTPValidationError", None)
         schemas.pop("ValidationError", None)
-        components.setdefault("securitySchemes", {})["bearerAuth"] = {
-            "type": "http", "scheme": "bearer", "description": "AAH_API_TOKEN, when the server sets one"}
+        secured = app.state.settings.token() is not None
+        if secured:
+            components.setdefault("securitySchemes", {})["bearerAuth"] = {
+                "type": "http", "scheme": "bearer", "description": "the server's AAH_API_TOKEN"}
         for path_item in spec.get("paths", {}).values():
             for method, op in path_item.items():
                 responses = op.setdefault("responses", {})
                 for status, description in ERROR_STATUSES.items():
-                    if status == "401" and method not in MUTATING:
+                    if status == "401" and not (secured and method in MUTATING):
                         continue
                     if status == "413" and method not in MUTATING:
                         continue
                     responses[status] = _error_response(description)
-                if method in MUTATING:
-                    op["security"] = [{"bearerAuth": []}, {}]  # {} = also allowed without a token
+                if secured and method in MUTATING:
+                    op["security"] = [{"bearerAuth": []}]
         app.openapi_schema = spec
         return spec
 

@@ -27,6 +27,7 @@ DbStep = Annotated[int, Field(ge=0, le=2**62)]
 RunStatus = Literal["SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"]
 RunSource = Literal["job", "tracked", "imported", "suite", "paper"]
 MAX_VIEW_STATE_BYTES = 64 * 1024
+MAX_VIEW_STATE_DEPTH = 64  # nesting of a saved view's state (the dashboard's is 3 deep)
 
 
 class Response(BaseModel):
@@ -58,6 +59,14 @@ class ModelInfo(Response):
     run_id: int | None
     family: str = Field(description='"aah" (AAH Studio checkpoint) or the Hugging Face model_type, e.g. "llama"')
     dtype: str = Field(description="the dtype the model is evaluated in (float32 or bfloat16)")
+
+
+class ModelUnavailable(Response):
+    """A registered model that cannot be served here, and why (unreadable, inconsistent, too large)."""
+
+    id: str
+    name: str
+    reason: str
 
 
 class ModelCreate(Request):
@@ -412,6 +421,12 @@ class ViewCreate(Request):
     page: str = Field(min_length=1, max_length=64)
     state: dict[str, Any]
 
+    @field_validator("state", mode="before")
+    @classmethod
+    def _state_shape(cls, value: Any) -> Any:
+        _check_json_tree(value, "state")
+        return value
+
     @field_validator("state")
     @classmethod
     def _state_size(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -427,6 +442,28 @@ class ViewUpdate(Request):
 
 class ViewOrder(Request):
     ids: list[int] = Field(max_length=10_000, description="every saved view's id once, in the new order")
+
+
+def _check_json_tree(value: Any, name: str) -> None:
+    """Walk free-form JSON without recursion: at most MAX_VIEW_STATE_DEPTH levels, text that is valid
+    Unicode (no lone surrogates, which no JSON encoder can write back) and integers that fit 64 bits."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_VIEW_STATE_DEPTH:
+            raise ValueError(f"{name} is nested deeper than {MAX_VIEW_STATE_DEPTH} levels")
+        if isinstance(item, dict):
+            stack.extend((key, depth) for key in item)
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str) and not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"{name} holds text that is not valid Unicode (a lone surrogate)") from None
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= 2**63:
+            raise ValueError(f"{name} holds an integer out of range (|value| must be below 2**63)")
 
 
 class ViewPublic(Response):

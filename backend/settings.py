@@ -54,6 +54,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest accepted request body.")
     max_upload_bytes: int = Field(1 << 30, ge=1024, description="Largest checkpoint file a tracked run may "
                                   "upload (PUT /tracking/runs/{id}/checkpoint/{file}).")
+    request_timeout_s: float = Field(
+        15.0, gt=0, le=3600, description="Seconds a client has to send a request's line and headers from its "
+        "first byte (or from connecting), and the longest a body may stall between two reads; then 408 and "
+        "the connection is closed. Needs the server run with --http backend.protocol:TimedH11Protocol.")
     demo_dir: Path | None = Field(SHIPPED_DEMO_DIR, description="Checkpoint registered on a fresh data dir.")
     seed_demo: bool = Field(True, description="Register the demo checkpoint and its history on a fresh store.")
     seed_paper: bool = Field(True, description="Import the paper's reported tables as a read-only experiment.")

@@ -51,7 +51,17 @@ def _upsert(s: Session):  # noqa: ANN202 - the dialect's insert(), which has on_
 
 # ---- experiments and runs ----------------------------------------------------------------
 
+def check_experiment_writable(s: Session, name: str) -> None:
+    """Conflict when `name` is a read-only (reference) experiment: it takes no new run of ours."""
+    if s.scalar(select(Experiment.read_only).where(Experiment.name == name)):
+        raise Conflict(f"experiment {name!r} is read-only (a reference experiment); file the run under another "
+                       "experiment")
+
+
 def ensure_experiment(s: Session, name: str, read_only: bool = False) -> int:
+    """The experiment's id, created if new (a read-only one only takes read-only runs)."""
+    if not read_only:
+        check_experiment_writable(s, name)
     exp_id = s.scalar(select(Experiment.id).where(Experiment.name == name))
     if exp_id is None:
         exp = Experiment(name=name, read_only=read_only, created_at=now_ms())

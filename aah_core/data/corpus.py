@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,11 @@ from aah_core.shipped import shipped_data_dir
 
 DEFAULT_CORPUS = shipped_data_dir() / "corpus" / "python-stdlib-3.11.jsonl.gz"
 SEPARATOR = "\n\n"
+TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst")
+# A corpus is read whole into memory and tokenized: bound what a path may bring in, and how far a
+# folder is walked to find out (a folder such as /usr is refused after MAX_CORPUS_ENTRIES, not read).
+MAX_CORPUS_BYTES = 256 << 20
+MAX_CORPUS_ENTRIES = 20_000
 
 
 @dataclass
@@ -30,23 +36,58 @@ class Corpus:
     name: str
 
 
+def corpus_files(folder: Path) -> list[Path]:
+    """The text files of a corpus folder, sorted; symlinks that leave the folder are skipped. Refuses a
+    folder with no text files, more than MAX_CORPUS_ENTRIES entries or more than MAX_CORPUS_BYTES of text."""
+    root = folder.resolve()
+    files: list[Path] = []
+    entries = size = 0
+    for dirpath, dirnames, filenames in os.walk(root):  # symlinked folders are not entered
+        entries += len(dirnames) + len(filenames)
+        if entries > MAX_CORPUS_ENTRIES:
+            raise InvalidConfig(f"data.corpus folder {str(folder)!r} has more than {MAX_CORPUS_ENTRIES:,} entries; "
+                                "it is not a corpus (point at a folder of text files)")
+        for name in filenames:
+            path = Path(dirpath) / name
+            if path.suffix in TEXT_SUFFIXES and path.is_file() and path.resolve().is_relative_to(root):
+                files.append(path)
+                size += path.stat().st_size
+        if size > MAX_CORPUS_BYTES:
+            raise _too_large(folder)
+    if not files:
+        raise InvalidConfig(f"data.corpus folder {str(folder)!r} holds no {'/'.join(TEXT_SUFFIXES)} files")
+    return sorted(files)
+
+
+def _too_large(path: Path) -> InvalidConfig:
+    return InvalidConfig(f"data.corpus {str(path)!r} holds more than {MAX_CORPUS_BYTES >> 20} MiB of text; "
+                         "use a smaller corpus")
+
+
+def check_corpus(source: str) -> list[Path]:
+    """The files a corpus source names ([] for the bundled corpus), after refusing one that cannot be used
+    (missing, no text, too large): only names and sizes are looked at, nothing is read."""
+    if source == "default":
+        return []
+    path = Path(source).expanduser()
+    if path.is_file():
+        if path.stat().st_size > MAX_CORPUS_BYTES:
+            raise _too_large(path)
+        return [path]
+    if path.is_dir():
+        return corpus_files(path)
+    raise InvalidConfig(f"data.corpus={source!r} is neither 'default' nor an existing file or folder")
+
+
 def _read_documents(source: str) -> tuple[list[tuple[str, str]], str]:
     """(name, text) documents in a fixed order, and a display name for the source."""
     if source == "default":
         with gzip.open(DEFAULT_CORPUS, "rt", encoding="utf-8") as f:
             docs = [(d["name"], d["text"]) for d in map(json.loads, f)]
         return docs, DEFAULT_CORPUS.name
-    path = Path(source).expanduser()
-    if path.is_file():
-        return [(path.name, path.read_text(encoding="utf-8", errors="replace"))], path.name
-    if path.is_dir():
-        root = path.resolve()  # files are read only from inside the folder: symlinks that leave it are skipped
-        files = sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".md", ".py", ".rst") and p.is_file()
-                       and p.resolve().is_relative_to(root))
-        if not files:
-            raise InvalidConfig(f"data.corpus folder {str(path)!r} holds no .txt/.md/.py/.rst files")
-        return [(str(p.relative_to(path)), p.read_text(encoding="utf-8", errors="replace")) for p in files], path.name
-    raise InvalidConfig(f"data.corpus={source!r} is neither 'default' nor an existing file or folder")
+    files, path = check_corpus(source), Path(source).expanduser()
+    names = [path.name] if path.is_file() else [str(p.relative_to(path.resolve())) for p in files]
+    return [(name, p.read_text(encoding="utf-8", errors="replace")) for name, p in zip(names, files)], path.name
 
 
 def load_corpus(source: str, tokenizer: Tokenizer, val_fraction: float, with_train: bool = True) -> Corpus:

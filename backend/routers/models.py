@@ -28,6 +28,7 @@ from backend.schemas import (
     GenerateResponse,
     ModelCreate,
     ModelInfo,
+    ModelUnavailable,
     ModelWindowsResponse,
     RetainedMassResponse,
     SensitivityResponse,
@@ -46,6 +47,13 @@ PREVIEW_CHARS = 80
 def read_models(registry: RegistryDep) -> list[ModelInfo]:
     """Registered checkpoints (the demo model first on a fresh store)."""
     return registry.list_models()
+
+
+@router.get("/unavailable")
+def read_unavailable_models(registry: RegistryDep) -> list[ModelUnavailable]:
+    """Registered models that cannot be served here (unreadable, inconsistent or too large for this
+    machine's memory), each with the reason. They are left out of GET /models."""
+    return registry.list_unavailable()
 
 
 @router.post("", status_code=201)

@@ -27,11 +27,13 @@ from aah_core.errors import AAHError
 from aah_core.config import apply_overrides
 from aah_core.paths import confine_data_paths
 from aah_core.presets import get_preset
+from aah_core.resources import check_fits
 from backend import spool, store
 from backend.db import transaction
 from backend.services import workers
 from backend.errors import Conflict, InvalidInput, Unavailable
 from backend.schemas import RunCreate, RunPublic
+from backend.services.worker_env import worker_env
 from backend.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -85,10 +87,14 @@ class JobManager:
         try:
             config = apply_overrides(get_preset(body.preset), dict(body.overrides))
             config = confine_data_paths(config, self.settings.path_roots)
+            check_fits(config)
         except AAHError as exc:
             raise InvalidInput(f"overrides: {exc}") from None
         except (ValueError, TypeError, OverflowError) as exc:
             raise InvalidInput(f"overrides: {exc}") from None
+        experiment = body.experiment or DEFAULT_EXPERIMENT
+        with transaction(self.sessions) as s:  # a refusal for good (409) comes before one for now (503)
+            store.check_experiment_writable(s, experiment)
         with self._lock:
             # forget finished workers (their runs are in the store), so the table holds live jobs only
             self._jobs = {rid: job for rid, job in self._jobs.items() if not job.done.is_set()}
@@ -99,7 +105,7 @@ class JobManager:
                                   "(AAH_MAX_JOBS). Wait for one to end or cancel one.")
             with transaction(self.sessions) as s:
                 run_id = store.create_run(
-                    s, name=body.name or f"{body.preset}", experiment=body.experiment or DEFAULT_EXPERIMENT,
+                    s, name=body.name or f"{body.preset}", experiment=experiment,
                     preset=body.preset, params=store.flatten_params(config.to_dict()), config=config.to_dict(), seq_len=config.model.seq_len,
                     total_steps=config.train.max_steps)
             started: queue.Queue[Job | OSError] = queue.Queue(maxsize=1)
@@ -130,9 +136,7 @@ class JobManager:
         out = self.settings.data_dir / "runs" / str(run_id)
         out.mkdir(parents=True, exist_ok=True)
         log_path = out / "worker.log"
-        # the store URL goes through the environment: a PostgreSQL password must not show in `ps`
-        env = {**os.environ, "AAH_DATABASE_URL": self.settings.db_url,
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+        env = worker_env(self.settings.db_url, REPO_ROOT)  # an allow-list: no AAH_API_TOKEN
         cmd = workers.worker_command(run_id, self.settings.data_dir, self.settings.path_roots[1:], os.getpid())
         with log_path.open("ab") as log:
             process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

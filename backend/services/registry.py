@@ -25,11 +25,12 @@ from aah_core.errors import AAHError
 from aah_core.evaluate import PrefixCachedEvaluator
 from aah_core.model_api import WindowedLM
 from aah_core.model_files import ModelDescription, describe_model, open_model
+from aah_core.resources import check_loadable
 from aah_core.windows import encode_window
 from backend import catalog
 from backend.db import transaction
 from backend.errors import InvalidInput, NotFound, Unavailable
-from backend.schemas import ModelInfo
+from backend.schemas import ModelInfo, ModelUnavailable
 from backend.services.cache import LruCache
 from backend.services.model_folders import register_model_folder
 from backend.settings import Settings
@@ -37,6 +38,10 @@ from backend.settings import Settings
 logger = logging.getLogger(__name__)
 EVAL_SEQS = 4  # sequences in each fixed evaluation batch
 TEXT_SEQS = 2  # bundled texts per kind
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# What reading a model folder's description may raise: a hostile config.json (huge dimensions, odd
+# values) must make that one model unavailable, never stop the service from starting.
+DESCRIBE_ERRORS = (AAHError, ValueError, OSError, TypeError, OverflowError, MemoryError, RuntimeError)
 
 
 @dataclass
@@ -149,22 +154,30 @@ class Registry:
         if key not in self._infos:
             try:
                 description = describe_model(path, entry.seq_len)
-            except (AAHError, ValueError, OSError) as exc:
-                raise Unavailable(f"model {entry.id!r}: checkpoint {entry.path!r} is unreadable ({exc})") from None
+                check_loadable(description.n_params, DTYPE_BYTES.get(description.dtype, 4))
+            except DESCRIBE_ERRORS as exc:
+                raise Unavailable(f"model {entry.id!r}: checkpoint {entry.path!r} is unusable here ({exc})") from None
             self._infos[key] = _model_info(entry, description)
         return self._infos[key]
 
-    def list_models(self) -> list[ModelInfo]:
-        """Every registered checkpoint that can be read; unreadable ones are logged and skipped."""
+    def _scan(self) -> tuple[list[ModelInfo], list[ModelUnavailable]]:
         with transaction(self.sessions) as s:
             entries = catalog.list_checkpoints(s)
-        out = []
+        usable, unusable = [], []
         for entry in entries:
             try:
-                out.append(self._info_from_files(entry))
+                usable.append(self._info_from_files(entry))
             except Unavailable as exc:
-                logger.warning("skipping %s", exc.detail)
-        return out
+                unusable.append(ModelUnavailable(id=entry.id, name=entry.name, reason=exc.detail))
+        return usable, unusable
+
+    def list_models(self) -> list[ModelInfo]:
+        """Every registered model that can be served; the others are in list_unavailable()."""
+        return self._scan()[0]
+
+    def list_unavailable(self) -> list[ModelUnavailable]:
+        """Registered models that cannot be served here, each with the reason."""
+        return self._scan()[1]
 
     def info(self, model_id: str) -> ModelInfo:
         return self._info_from_files(self._entry(model_id))
@@ -206,7 +219,10 @@ class Registry:
             return loaded
 
     def preload(self) -> None:
-        for info in self.list_models()[: self.settings.max_loaded_models]:
+        usable, unusable = self._scan()
+        for model in unusable:
+            logger.warning("model %s is unavailable: %s", model.id, model.reason)
+        for info in usable[: self.settings.max_loaded_models]:
             try:
                 self.get(info.id)
             except Unavailable as exc:

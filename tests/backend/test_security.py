@@ -46,6 +46,19 @@ def test_the_right_token_passes(secured):
     assert r.status_code == 201
 
 
+def test_openapi_requires_the_token_on_writes_only(secured):
+    """With a token set, a write operation needs it: bearerAuth alone, no anonymous ``{}`` alternative."""
+    spec = secured.get("/openapi.json").json()
+    assert spec["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            if method in ("post", "put", "patch", "delete"):
+                assert op["security"] == [{"bearerAuth": []}], (method, path)
+                assert "401" in op["responses"]
+            else:
+                assert "security" not in op and "401" not in op["responses"], (method, path)
+
+
 def test_checkpoint_paths_outside_the_data_dir_are_refused(tmp_path, tiny_demo):
     settings = make_settings(tmp_path / "data", None, seed_paper=False)
     with TestClient(create_app(settings)) as c:

@@ -35,7 +35,10 @@ def test_eval_prints_loss_and_coverage(tiny_ckpt, tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["train", "--preset", "nope"], "unknown preset 'nope'"),
     (["train", "--preset", "tiny", "--set", "train.lr"], "--set expects key=value"),
-    (["train", "--preset", "tiny", "--set", "train.max_steps=abc"], "train.max_steps expects a int"),
+    (["train", "--preset", "tiny", "--set", "train.max_steps=abc"], "train.max_steps expects an integer"),
+    (["train", "--preset", "tiny", "--set", "model.d_model=65536"], "model.d_model must be an integer in"),
+    (["train", "--preset", "tiny", "--set", "model.d_model=16384", "--set", "model.n_layer=256"],
+     "model.d_model / model.n_layer / model.vocab_size: training this config needs about"),
     (["eval", "/nonexistent/ckpt"], "no such checkpoint directory"),
 ])
 def test_errors_are_one_line_without_traceback(args, message):
