@@ -141,8 +141,7 @@ def install_error_handlers(app: FastAPI) -> None:
             return await _last_resort(request, exc)
         reason, wait = fault
         logger.warning("%s %s: store unavailable (%s)", request.method, request.url.path, exc.orig)
-        return JSONResponse({"detail": f"{reason}; retry in {wait} s"}, status_code=503,
-                            headers={"Retry-After": str(wait)})
+        return _json(503, f"{reason}; retry in {wait} s", retry_after=wait)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

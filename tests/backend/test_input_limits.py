@@ -95,7 +95,9 @@ def test_deeply_nested_view_states_are_422(live, depth):
     state = '{"a":' * depth + "1" + "}" * depth
     r = client.post("/views", content=f'{{"name":"deep","page":"p","state":{state}}}',
                     headers={"content-type": "application/json"})
-    assert r.status_code == 422 and "nested deeper than" in r.json()["detail"]
+    # 422 from the depth check; 400 ("not parseable") when the JSON parser's own nesting limit comes first
+    assert (r.status_code, r.json()["detail"].split(", ")[-1]) in (
+        (422, f"state is nested deeper than {MAX_VIEW_STATE_DEPTH} levels"), (400, "There was an error parsing the body")), r.text
 
 
 @pytest.mark.parametrize("state", [r'{"\ud800":1}', r'{"x":"\udc00"}', r'{"x":["ok","a\ud83d"]}'])
@@ -133,6 +135,6 @@ def test_huge_checkpoints_are_unavailable_with_their_reason(live):
     unavailable = {m["id"]: m["reason"] for m in client.get("/models/unavailable").json()}
     assert set(unavailable) == {"huge", "inconsistent"}
     assert "model.d_model must be an integer in" in unavailable["huge"]
-    assert "config.json describes a model of" in unavailable["inconsistent"]
+    assert "weight shapes do not match the config" in unavailable["inconsistent"]
     r = client.get("/models/huge/windows")
     assert r.status_code == 503 and "model.d_model" in r.json()["detail"]

@@ -136,7 +136,7 @@ def test_weights_of_another_shape_are_refused(tiny_model, tiny_config, tmp_path)
     header["config"]["model"]["n_layer"] = 3
     (tmp_path / "c" / "config.json").write_text(json.dumps(header))
     # refused from the safetensors header, before a model of the config's size is built
-    with pytest.raises(CheckpointError, match="config.json describes a model of .* but model.safetensors holds"):
+    with pytest.raises(CheckpointError, match="weights do not match"):
         load_checkpoint(tmp_path / "c")
 
 
