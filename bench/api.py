@@ -237,10 +237,13 @@ async def _load(base: str, run_id: int, steps: int, own: list, buckets: list, se
             try:
                 r = await client.get(f"{API}/runs/{run_id}/metrics", params=params)
                 key = {200: "metrics_ok", 429: "metrics_429"}.get(r.status_code, "metrics_errors")
+                if key == "metrics_errors":
+                    print("metrics read failed:", r.status_code, r.text[:300], params)
                 counts[key] += 1
                 if r.status_code == 429:
                     await asyncio.sleep(float(r.headers.get("retry-after", 1)))
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
+                print("metrics read failed:", repr(exc), params)
                 counts["metrics_errors"] += 1
             await asyncio.sleep(0.25)
 
