@@ -111,9 +111,16 @@ def test_a_bad_token_spools_and_sync_sends_it_later(server, tmp_path):
     assert_run_matches(server, run["id"], out)
 
 
-def test_import_is_idempotent(server, tmp_path):
-    out = tmp_path / "offline"
+@pytest.fixture(scope="module")
+def offline(tmp_path_factory) -> Path:
+    """A run folder trained without tracking (checkpoint + metrics and plans histories)."""
+    out = tmp_path_factory.mktemp("offline") / "offline"
     _finish(aah(*tiny_train_args(out, 6)))
+    return out
+
+
+def test_import_is_idempotent(server, offline):
+    out = offline
     answers = []
     for _ in range(2):
         stdout, _ = _finish(aah("import", str(out), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN}))
@@ -126,15 +133,14 @@ def test_import_is_idempotent(server, tmp_path):
     assert f"run-{run['id']}" in {m["id"] for m in server.get("/models")}
 
 
-def test_a_suite_folder_imports_as_one_experiment_with_a_group_per_row(server, tmp_path):
-    out = tmp_path / "trained"
-    _finish(aah(*tiny_train_args(out, 6)))
+def test_a_suite_folder_imports_as_one_experiment_with_a_group_per_row(server, offline, tmp_path):
+    out = offline
     suite = tmp_path / "suite-paper"
     for folder in ("baseline-s0", "baseline-s1", "full_adaptive-s0"):  # the layout `aah suite` writes
         (suite / folder).mkdir(parents=True)
         shutil.copytree(out, suite / folder / "ckpt")
         for kind in ("metrics", "plans"):
-            shutil.copy(out.with_name(f"trained.{kind}.jsonl"), suite / folder / f"ckpt.{kind}.jsonl")
+            shutil.copy(out.with_name(f"offline.{kind}.jsonl"), suite / folder / f"ckpt.{kind}.jsonl")
     (suite / "suite.json").write_text(json.dumps({"suite": "paper", "scale": "tiny", "impl": "faithful"}))
     for _ in range(2):
         _finish(aah("import", str(suite), "--no-upload", "--tracking-uri", server.url, "--tracking-token", TOKEN))
