@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -95,7 +96,12 @@ def measure(edits: int, warmup: int, opens: int) -> dict | None:
             plan = copy.deepcopy(plan)
             plan[layer][head] = parse_window(target)
             t0 = page.evaluate(_CLICK, [target])
-            t1 = page.wait_for_function(_DONE, arg=[encode_plan(plan)], polling="raf", timeout=120_000).json_value()
+            try:
+                t1 = page.wait_for_function(_DONE, arg=[encode_plan(plan)], polling="raf", timeout=120_000).json_value()
+            except Exception:
+                S.ARTIFACTS.mkdir(exist_ok=True)
+                page.screenshot(path=str(S.ARTIFACTS / "bench-ui-timeout.png"))  # what the page showed instead
+                raise
             if i >= warmup:
                 samples.append(t1 - t0)
                 losses.append(S.metric_value(page, "loss (nats)"))
@@ -122,10 +128,12 @@ def main() -> None:
     if reason:
         print(f"bench.ui skipped: {reason}")  # noqa: T201
         return
+    load_before = os.getloadavg()[0]
     result = measure(args.edits, args.warmup, args.opens)
     if result is None:
         print("bench.ui skipped: the API registered no model (is the demo checkpoint data/demo missing?)")  # noqa: T201
         return
+    result["load_avg_1min"] = {"before": round(load_before, 1), "after": round(os.getloadavg()[0], 1)}
     path = write_result("ui", result)
     p = result["edit_to_loss_ms"]
     print(f"edit -> loss on screen: p50 {p['p50']:.0f} ms, p95 {p['p95']:.0f} ms over {p['n']} edits "  # noqa: T201
