@@ -198,6 +198,10 @@ class ApiClient:
     def models(self) -> list[Json]:
         return self._get("/models")
 
+    def unavailable_models(self) -> list[Json]:
+        """Registered models the server cannot open, each ``{"id", "name", "reason"}`` (not in `models()`)."""
+        return self._get("/models/unavailable")
+
     def model(self, model_id: str) -> Json:
         return self._get(f"/models/{model_id}")
 

@@ -161,6 +161,18 @@ def placeholder(text: str) -> None:
     st.info(text, icon="ℹ️")
 
 
+def unavailable_models_note(where: Any = st) -> None:
+    """Under a model picker: how many registered models the API could not open, and each one's reason
+    (GET /models/unavailable); nothing when every model opened."""
+    gone = api.cached("unavailable_models")
+    if not gone:
+        return
+    where.caption(f"{len(gone)} model{'' if len(gone) == 1 else 's'} could not be opened")
+    with where.expander("Which, and why"):
+        for m in gone:
+            st.text(f"{m['name']} ({m['id']}): {m['reason']}")  # plain text: paths and reasons are not markdown
+
+
 # -- share, save, export --------------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
     texts = api.cached("model_texts", st.session_state[C.key(PAGE, "model")])
     c1, c2, c3, c4, c5, c6 = st.columns([2, 2, 1, 1, 1, 2])
     model_id = c1.selectbox("Model", ids, key=C.key(PAGE, "model"))
+    C.unavailable_models_note(c1)
     model = next(m for m in models if m["id"] == model_id)
     text_ids = [t["id"] for t in texts] + [views.CUSTOM_TEXT]
     C.ensure_option(PAGE, "text", text_ids, "no such text")

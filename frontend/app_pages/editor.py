@@ -14,6 +14,7 @@ state = C.bind_state(PAGE)
 with api.guard("loading models", stop=True), st.spinner("Loading models from the API..."):
     models = api.cached("models")
     if not models:
+        C.unavailable_models_note()
         C.placeholder("The API lists no models yet. Register the demo checkpoint (see README) and reload.")
         st.stop()
     ids = [m["id"] for m in models]
@@ -22,6 +23,7 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
     names = {m["id"]: f"{m['name']} ({m.get('family', 'aah')}, {m['n_layer']}×{m['n_head']} heads, T={m['seq_len']})"
              for m in models}
     model_id = c1.selectbox("Model", ids, format_func=names.get, key=C.key(PAGE, "model"))
+    C.unavailable_models_note(c1)
     C.ensure_option(PAGE, "eval", list(E.EVAL_SETS))
     c2.selectbox("Eval set", list(E.EVAL_SETS), key=C.key(PAGE, "eval"))
     C.ensure_option(PAGE, "metric", ["causal_coverage", "acr"])

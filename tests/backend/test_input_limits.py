@@ -12,6 +12,7 @@ import shutil
 import httpx
 import pytest
 
+from aah_client import ApiClient
 from backend import catalog
 from backend.db import make_engine, make_session_factory, transaction
 from backend.migrate import upgrade
@@ -138,3 +139,13 @@ def test_huge_checkpoints_are_unavailable_with_their_reason(live):
     assert "weight shapes do not match the config" in unavailable["inconsistent"]
     r = client.get("/models/huge/windows")
     assert r.status_code == 503 and "model.d_model" in r.json()["detail"]
+
+
+def test_the_python_client_lists_the_unavailable_models_with_their_reasons(live):
+    """aah_client against the same real API: unavailable_models() is GET /models/unavailable."""
+    client, _ = live
+    with ApiClient(str(client.base_url).rstrip("/").removesuffix(API)) as api:
+        listed = api.unavailable_models()
+        assert [m["id"] for m in api.models()] == [DEMO_ID]
+    assert listed == client.get("/models/unavailable").json()
+    assert {m["id"] for m in listed} == {"huge", "inconsistent"} and all(m["reason"] for m in listed)

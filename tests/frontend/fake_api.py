@@ -48,6 +48,7 @@ class FakeApi:
         self.calls: list[tuple[str, tuple, dict]] = []
         self.fail = fail or {}
         self.views_store: list[dict] = []
+        self.unavailable_store: list[dict] = []
         shape = {"model.n_layer": str(N_LAYER), "model.n_head": str(N_HEAD), "model.d_model": "64",
                  "model.seq_len": str(T)}
         suite = {"controller.mode": "aah", "suite.scale": "mini", "train.max_steps": "400"}
@@ -88,6 +89,10 @@ class FakeApi:
         self._rec("models")
         return [{"id": "demo", "name": "demo", "n_layer": N_LAYER, "n_head": N_HEAD, "seq_len": T,
                  "preset": "demo", "buckets": BUCKETS, "n_params": 1000, "run_id": 1, "family": "aah", "dtype": "float32"}]
+
+    def unavailable_models(self):
+        self._rec("unavailable_models")
+        return list(self.unavailable_store)
 
     def model(self, model_id):
         self._rec("model", model_id)

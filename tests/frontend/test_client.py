@@ -33,6 +33,7 @@ def test_get_paths_and_query_params():
     api.run_windows(4, step=20)
     api.attention("demo", 1, 2, window=None)
     api.attention("demo", 1, 2, window=8)
+    api.unavailable_models()
     urls = [str(r.url) for r in seen]
     assert urls[0] == "http://api.test/api/v1/runs?experiment=demo&status=RUNNING&limit=5&offset=0"
     assert urls[1] == "http://api.test/api/v1/runs/3/metrics?keys=val_loss%2Cacr&min_step=10&max_points=2000"
@@ -41,6 +42,7 @@ def test_get_paths_and_query_params():
     assert urls[4] == "http://api.test/api/v1/runs/4/windows?step=20"
     assert urls[5] == "http://api.test/api/v1/models/demo/attention?layer=1&head=2&window=full"  # None = full
     assert urls[6].endswith("attention?layer=1&head=2&window=8")
+    assert urls[7] == "http://api.test/api/v1/models/unavailable"
     assert all(r.method == "GET" for r in seen)
 
 
