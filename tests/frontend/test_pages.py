@@ -385,3 +385,18 @@ def test_present_renames_reorders_and_deletes_saved_views(fake_api):
     at.button(key="present._delete.2").click().run()
     assert [v["id"] for v in fake_api.views_store] == [1, 3] and at.session_state["present.deck"] == [1, 3]
     assert not at.exception and not at.error
+
+
+def test_acr_steps_slider_asks_the_server_again_for_that_range(fake_api):
+    """Zooming (the Steps slider: Streamlit does not report Plotly's own zoom) re-asks for the range only,
+    still at most 2,000 points per series; the whole range again leaves both ends open."""
+    at = page("acr", run="1")
+    at.slider(key="acr.steps.1").set_value((10, 20)).run()
+    assert not at.exception
+    zoomed = [c[2] for c in fake_api.called("run_metrics") if c[2]["min_step"] is not None]
+    assert zoomed and all(c["max_points"] == 2000 for c in zoomed)
+    assert (zoomed[-1]["min_step"], zoomed[-1]["max_step"]) == (10, 20)
+    n = len(fake_api.called("run_metrics"))
+    at.slider(key="acr.steps.1").set_value((0, 30)).run()
+    later = fake_api.called("run_metrics")[n:]
+    assert later and all(c[2]["min_step"] is None and c[2]["max_step"] is None for c in later)
