@@ -152,6 +152,7 @@ def bench_database(kind: str, n_steps: int, per_client: int) -> dict:
             env["AAH_DATABASE_URL"] = server.new_database()
         port = free_port()
         proc = start_server(data, REPO / "data" / "demo", port, env)
+        writes = None
         try:
             base = f"http://127.0.0.1:{port}"
             with httpx.Client(base_url=base, timeout=300) as client:
@@ -162,8 +163,11 @@ def bench_database(kind: str, n_steps: int, per_client: int) -> dict:
                 reads = bench_reads(base, client, run_id, n_steps, per_client)
             return {"writes": writes, "reads": reads, "load_average_1m_before": load_before,
                     "load_average_1m_at_end": os.getloadavg()[0]}
+        except httpx.TimeoutException as exc:  # say how far it got; the other database still runs
+            return {"failed": f"{type(exc).__name__}: a request took longer than the client's 300 s",
+                    "writes": writes, "load_average_1m_at_end": os.getloadavg()[0]}
         finally:
-            proc.terminate()
+            proc.kill()  # a read still running in a thread would keep a terminated uvicorn waiting
             proc.wait(timeout=60)
             if server is not None:
                 server.stop()
@@ -179,12 +183,13 @@ def main(argv: list[str] | None = None) -> None:
               "targets": {"read_p99_ms_sqlite": 200, "write_points_per_s": 50_000}}
     for kind in args.db:
         result[kind] = bench_database(kind, args.steps, args.per_client)
+        path = write_result("store", result)  # after each database: a later failure keeps what was measured
         r = result[kind]
         if "reads" in r:
             print(f"{kind}: cold read {r['reads']['cold_first_read_all_keys_ms']:.0f} ms; "
                   f"poll p99 {r['reads']['poll']['latency_ms']['p99']:.0f} ms, "
                   f"zoom p99 {r['reads']['zoom']['latency_ms']['p99']:.0f} ms", flush=True)
-    print(f"wrote {write_result('store', result)}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
