@@ -41,8 +41,7 @@ def maps(data: dict, scale: str) -> None:
 
 
 def _open_head(fkey: str, n_head: int) -> None:
-    points = (st.session_state.get(fkey) or {}).get("selection", {}).get("points", [])
-    head = A.clicked_head(points, n_head)
+    head = A.clicked_head(C.clicked_points(st.session_state.get(fkey)), n_head)
     if head is not None:
         st.session_state[C.key(PAGE, "head")] = head
 
@@ -60,7 +59,7 @@ def multiples(state: dict, model: dict, own_text: str | None, offset: int, scale
                                           layer=layer, pool=layer_data[0].get("pool", 1), scale=scale,
                                           selected=state["head"])
             fkey = f"attention._multiples.{layer}.{state['head']}"
-            C.show_figure(fig, fkey, on_select=functools.partial(_open_head, fkey, n_head), selection_mode="points")
+            C.click_figure(fig, fkey, functools.partial(_open_head, fkey, n_head))
             st.caption("Each head under its window (as in the maps above), on the chosen colour scale.")
 
 

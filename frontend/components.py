@@ -120,9 +120,14 @@ def show_figure(fig: go.Figure, name: str, **kwargs: Any) -> Any:
     return st.plotly_chart(fig, key=name, theme=None, config=PLOTLY_CONFIG, **kwargs)
 
 
+def clicked_points(event: dict | None) -> list[dict]:
+    """The points of a chart's selection event (st.plotly_chart on_select), [] when none."""
+    return ((event or {}).get("selection") or {}).get("points") or []
+
+
 def picked_head(event: dict | None) -> tuple[int, int] | None:
     """(layer, head) of the first cell clicked in a window grid's selection event (x: head, y: layer)."""
-    points = ((event or {}).get("selection") or {}).get("points") or []
+    points = clicked_points(event)
     return (int(points[0]["y"]), int(points[0]["x"])) if points else None
 
 
@@ -135,7 +140,12 @@ def _pick_head(page: str, name: str) -> None:
 def head_grid(fig: go.Figure, page: str, name: str) -> None:
     """A window grid (figures.window_grid_figure(..., clickable=True)) whose clicked cell becomes the
     page's layer and head."""
-    show_figure(fig, name, on_select=functools.partial(_pick_head, page, name), selection_mode="points")
+    click_figure(fig, name, functools.partial(_pick_head, page, name))
+
+
+def click_figure(fig: go.Figure, name: str, on_click: Callable[[], None]) -> None:
+    """A figure whose clicked points call `on_click` (read them with clicked_points(st.session_state[name]))."""
+    show_figure(fig, name, on_select=on_click, selection_mode="points")
 
 
 def metric_badges(result: dict) -> None:
