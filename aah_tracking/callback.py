@@ -5,8 +5,8 @@ The training thread only appends to in-memory buffers. A background thread turns
 sends them with retries. When the server cannot be reached, or refuses (a bad token), the batches go
 to the spool and a line says so once; an unreachable server is tried again every ``reconnect_s``
 seconds and, once back, gets the spool replayed before anything new. At the end the checkpoint is
-uploaded (or, with ``upload=False``, recorded as a reference) and the final status sent; whatever
-could not be sent stays in the spool for `aah sync`.
+uploaded (or, with ``upload=False``, recorded as a reference) and the final status sent (an unreachable
+server gets FINAL_GRACE_S more to come back); whatever could not be sent stays in the spool for `aah sync`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from aah_tracking.spool import Spool, replay
 from aah_tracking.transport import Op, Refused, Transport, Unreachable
 
 MAX_POINTS = 2_000  # metric points per request: well under the server's 1 MB body limit
+FINAL_GRACE_S = 10.0  # at the end, how long an unreachable server may take to come back
 
 
 def _say(line: str) -> None:
@@ -145,8 +146,7 @@ class TrackingCallback(Callback):
                 if points or plans:
                     self._deliver(log_ops(self.run_key, points, plans, step))
                 if final is not None:
-                    if self.mode == "offline":
-                        self._reconnect()
+                    self._last_chance()
                     self._deliver(final)
                     return
                 if self.mode == "offline" and time.monotonic() - self._last_try >= self.reconnect_s:
@@ -169,6 +169,16 @@ class TrackingCallback(Callback):
                     self.say(f"the server {why} ({exc}); training goes on, spooling to {self.spool.path} "
                              f"(send later with `aah sync`)")
             self._to_spool(op)
+
+    def _last_chance(self) -> None:
+        """At the end, an unreachable server gets FINAL_GRACE_S more to come back (a restart) before the
+        run's last operations go to the spool; a reconnect attempt always follows a wait."""
+        deadline = time.monotonic() + FINAL_GRACE_S
+        while self.mode == "offline":
+            self._reconnect()
+            if self.mode != "offline" or time.monotonic() > deadline:
+                return
+            time.sleep(min(self.reconnect_s, 1.0))
 
     def _to_spool(self, op: Op) -> None:
         ops = [op] if self._spooled or op is self._create else [self._create, op]

@@ -76,11 +76,14 @@ class Transport:
         raise ValueError(f"unknown tracking operation {op['op']!r}")
 
     def alive(self) -> bool:
-        """Whether the server answers its health check now (one try, no retries)."""
-        try:
-            return self.http.get("/api/v1/health").status_code == 200
-        except httpx.HTTPError:
-            return False
+        """Whether the server answers its health check now. Two tries: after a restart of the server, the
+        first may go out on a pooled connection to the old process and fail (the pool then drops it)."""
+        for _ in range(2):
+            try:
+                return self.http.get("/api/v1/health").status_code == 200
+            except httpx.HTTPError:
+                continue
+        return False
 
     def close(self) -> None:
         self.http.close()

@@ -51,7 +51,7 @@ def test_the_spool_survives_a_server_killed_mid_run(tmp_path):
     api = ApiServer(tmp_path / "data", tmp_path / "api.log", token=None)
     api.start()
     out, err_file = tmp_path / "killed", tmp_path / "train.err"
-    train = aah(*tiny_train_args(out, 150, "--tracking-uri", api.url, "--tracking-flush-s", "0.2",
+    train = aah(*tiny_train_args(out, 300, "--tracking-uri", api.url, "--tracking-flush-s", "0.2",
                                  "--tracking-reconnect-s", "0.5"), stderr=err_file)
     try:
         deadline = time.monotonic() + 120
@@ -70,7 +70,7 @@ def test_the_spool_survives_a_server_killed_mid_run(tmp_path):
         err = err_file.read_text()
         assert "reconnected" in err and "spooled in" not in err, err
         run = _tracked_run(api, "killed")
-        assert run["status"] == "FINISHED" and run["progress"]["step"] == 150
+        assert run["status"] == "FINISHED" and run["progress"]["step"] == 300
         assert_run_matches(api, run["id"], out)  # nothing lost, nothing twice
     finally:
         if train.poll() is None:
