@@ -40,6 +40,9 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
 
 drawn_status = next((r["status"] for r in runs if r["id"] == run_id), None)  # as the run picker says it
 live = drawn_status in jobs.ACTIVE
+# Any job that starts or ends relabels the picker: the jobs watcher (as on the Runs page) redraws the
+# page then, whichever run is shown; the curves' own check below covers the shown run between polls.
+jobs.watch(jobs.signature(runs), show=False)
 group = next((r.get("group") for r in runs if r["id"] == run_id), None)
 if group:
     C.ensure_option(PAGE, "band", ["", *GF.BANDS])
