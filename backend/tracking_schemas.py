@@ -4,9 +4,9 @@ elsewhere creates its run, sends metric and plan batches and its status, and upl
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, field_validator
+from pydantic import Field, StrictInt, field_validator, model_validator
 
 from backend.schemas import DbStep, Plan, Request, Response, RunPublic, RunStatus, Tag, _check_tag
 
@@ -46,11 +46,31 @@ class TrackedRunPublic(Response):
     run: RunPublic
 
 
+MetricKey = Annotated[str, Field(min_length=1, max_length=250)]
+LogTime = Annotated[float, Field(ge=0, le=1e11, description="epoch seconds when the value was logged")]
+
+
 class MetricPoint(Request):
-    key: str = Field(min_length=1, max_length=250)
+    key: MetricKey
     step: DbStep
     value: MetricValue = Field(description='a number, or "nan" / "inf" / "-inf" (null is read as "nan")')
-    time: float = Field(ge=0, le=1e11, description="epoch seconds when the value was logged")
+    time: LogTime
+
+
+class MetricColumns(Request):
+    """One key's points as three columns of equal length: point i is (step[i], value[i], time[i])."""
+
+    step: list[DbStep] = Field(max_length=MAX_METRICS_PER_BATCH)
+    value: list[MetricValue] = Field(max_length=MAX_METRICS_PER_BATCH,
+                                     description='numbers, or "nan" / "inf" / "-inf" (null is read as "nan")')
+    time: list[LogTime] = Field(max_length=MAX_METRICS_PER_BATCH)
+
+    @model_validator(mode="after")
+    def _same_length(self) -> MetricColumns:
+        if not len(self.step) == len(self.value) == len(self.time):
+            raise ValueError(f"step, value and time must have the same length (got {len(self.step)}, "
+                             f"{len(self.value)}, {len(self.time)})")
+        return self
 
 
 class PlanPoint(Request):
@@ -60,11 +80,23 @@ class PlanPoint(Request):
 
 class LogBatch(Request):
     """POST /tracking/runs/{id}/log: metric points and plans; a (key, step) or plan step already stored
-    is ignored, so a batch may be sent again safely."""
+    is ignored, so a batch may be sent again safely.
+
+    Points come as rows (``metrics``), as columns per key (``series``: the compact form, about half the
+    bytes and a tenth of the parsing), or both; at most MAX_METRICS_PER_BATCH in all."""
 
     metrics: list[MetricPoint] = Field(default_factory=list, max_length=MAX_METRICS_PER_BATCH)
+    series: dict[MetricKey, MetricColumns] = Field(
+        default_factory=dict, max_length=MAX_METRICS_PER_BATCH,
+        description="per key, its points as columns {step: [int], value: [...], time: [...]}")
     plans: list[PlanPoint] = Field(default_factory=list, max_length=MAX_PLANS_PER_BATCH)
     step: DbStep | None = Field(None, description="progress: the last step the process finished")
+
+    @model_validator(mode="after")
+    def _points_limit(self) -> LogBatch:
+        if len(self.metrics) + sum(len(c.step) for c in self.series.values()) > MAX_METRICS_PER_BATCH:
+            raise ValueError(f"metrics and series hold more than {MAX_METRICS_PER_BATCH} points in all")
+        return self
 
 
 class LogResult(Response):

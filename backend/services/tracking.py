@@ -10,6 +10,7 @@ service, the paper's numbers) refuse these writes.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import shutil
@@ -85,10 +86,18 @@ def _value(value: MetricValue) -> float:
     return _SPECIAL[value] if value is None or isinstance(value, str) else float(value)
 
 
+def _metric_rows(body: LogBatch) -> list[store.MetricRow]:
+    """The batch's points as (key, step, value, time) rows: its ``metrics``, then its ``series`` columns."""
+    rows = [(p.key, p.step, _value(p.value), p.time) for p in body.metrics]
+    for key, columns in body.series.items():
+        rows.extend(zip(itertools.repeat(key), columns.step, map(_value, columns.value), columns.time))
+    return rows
+
+
 def log_batch(s: Session, run_id: int, body: LogBatch) -> LogResult:
     """Store a batch of metric points and plans, ignoring what is stored already; move progress forward."""
     run = _tracked_run(s, run_id)
-    written = store.log_metrics(s, run_id, ((p.key, p.step, _value(p.value), p.time) for p in body.metrics))
+    written = store.log_metrics(s, run_id, _metric_rows(body))
     if body.plans:
         model = json.loads(run.config_json or "{}").get("model", {})
         n_layer, n_head, seq_len = model.get("n_layer"), model.get("n_head"), model.get("seq_len")

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from aah_core.checkpoint import FILES
 from backend import store
 from backend.db import transaction
+from backend.models import Metric
+from backend.tracking_schemas import MAX_METRICS_PER_BATCH
 from tests.conftest import DATABASES
 
 API = "/api/v1/tracking/runs"
@@ -65,6 +68,61 @@ def test_a_batch_sent_twice_is_stored_once(client, tiny_demo):
     assert windows["steps"] == [1, 3] and windows["windows"] == [[2, 2], [None, None]]  # 64 = seq_len: full
     assert client.get(f"/api/v1/runs/{run_id}").json()["progress"]["step"] == 3
 
+
+
+def stored_points(client: TestClient, run_id: int) -> list[tuple]:
+    """(key, step, value, special, timestamp) of every stored point of the run, by key and step."""
+    with transaction(client.app.state.sessions) as s:
+        return [tuple(row) for row in s.execute(
+            select(Metric.key, Metric.step, Metric.value, Metric.special, Metric.timestamp)
+            .where(Metric.run_id == run_id).order_by(Metric.key, Metric.step))]
+
+
+def test_series_columns_arrive_exactly_and_a_step_sent_twice_is_stored_once(client, tiny_demo):
+    run_id = create(client, tiny_demo).json()["run"]["id"]
+    lr = {"step": [0, 10, 20], "value": [1e-300, 99.0, 0.1 + 0.2], "time": [1.5e9, 1.5e9 + 0.001, 2e9]}
+    batch = {"series": {"lr": lr, "loss": {"step": [5, 5, 7, 9], "value": [2.5, 99.0, "nan", None],
+                                           "time": [1.0, 2.0, 3.0, 4.0]},
+                        "grad": {"step": [1, 2], "value": ["inf", "-inf"], "time": [0.0, 1e11]}},
+             "metrics": [{"key": "loss", "step": 3, "value": 4.0, "time": 0.5},
+                         {"key": "lr", "step": 10, "value": 7.0, "time": 9.0}],  # rows come first: this one stays
+             "step": 20}
+    r = client.post(f"{API}/{run_id}/log", json=batch)
+    assert r.status_code == 200 and r.json()["metrics_written"] == 9, r.text
+    expected = [("grad", 1, None, "inf", 0.0), ("grad", 2, None, "-inf", 1e11),
+                ("loss", 3, 4.0, None, 0.5), ("loss", 5, 2.5, None, 1.0), ("loss", 7, None, "nan", 3.0),
+                ("loss", 9, None, "nan", 4.0),
+                ("lr", 0, 1e-300, None, 1.5e9), ("lr", 10, 7.0, None, 9.0), ("lr", 20, 0.1 + 0.2, None, 2e9)]
+    assert stored_points(client, run_id) == expected
+    again = client.post(f"{API}/{run_id}/log", json={"series": {"loss": {"step": [5, 11], "value": [0.0, 1.0],
+                                                                                "time": [5.0, 6.0]}}})
+    assert again.json()["metrics_written"] == 1
+    assert stored_points(client, run_id) == [*expected[:6], ("loss", 11, 1.0, None, 6.0), *expected[6:]]
+    with transaction(client.app.state.sessions) as s:
+        assert store.metrics_version(s, run_id) == (10, 3)
+        assert store.latest_values(s, [run_id])[run_id] == {"grad": None, "loss": 1.0, "lr": 0.1 + 0.2}
+    assert client.get(f"/api/v1/runs/{run_id}").json()["progress"]["step"] == 20
+
+
+@pytest.mark.parametrize(("series", "where"), [
+    ({"loss": {"step": [1, 2], "value": [1.0], "time": [1.0, 2.0]}}, "series.loss: Value error, step, value and"),
+    ({"loss": {"step": [1, -2], "value": [1.0, 2.0], "time": [1.0, 2.0]}}, "series.loss.step.1: Input should be"),
+    ({"loss": {"step": [1], "value": ["big"], "time": [1.0]}}, "series.loss.value.0"),
+    ({"loss": {"step": [1], "value": [1.0], "time": [-1.0]}}, "series.loss.time.0: Input should be"),
+    ({"loss": {"step": [1], "value": [1.0]}}, "series.loss.time: Field required"),
+    ({"loss": {"step": [1], "value": [1.0], "time": [1.0], "when": [1.0]}}, "series.loss.when: Extra inputs"),
+    ({"k" * 251: {"step": [1], "value": [1.0], "time": [1.0]}}, ".[key]: String should have at most 250"),
+    ({"loss": {"step": list(range(MAX_METRICS_PER_BATCH + 1)), "value": [1.0] * (MAX_METRICS_PER_BATCH + 1),
+               "time": [1.0] * (MAX_METRICS_PER_BATCH + 1)}}, "series.loss.step: List should have at most"),
+    ({"a": {"step": list(range(MAX_METRICS_PER_BATCH)), "value": [1.0] * MAX_METRICS_PER_BATCH,
+            "time": [1.0] * MAX_METRICS_PER_BATCH}, "b": {"step": [1], "value": [1.0], "time": [1.0]}},
+     f"request: Value error, metrics and series hold more than {MAX_METRICS_PER_BATCH} points"),
+])
+def test_bad_series_are_refused_naming_the_field(client, tiny_demo, series, where):
+    run_id = create(client, tiny_demo).json()["run"]["id"]
+    r = client.post(f"{API}/{run_id}/log", json={"series": series})
+    assert r.status_code == 422 and where in r.json()["detail"], r.text
+    assert stored_points(client, run_id) == []
 
 def test_log_refuses_bad_plans_and_foreign_runs(client, tiny_demo):
     run_id = create(client, tiny_demo).json()["run"]["id"]
