@@ -1,26 +1,30 @@
 """Downsampled metric reads: at most ``max_points`` points per series, computed in the database.
 
-A series (one key, optionally within a step range) with more rows than asked for is cut into
-``(max_points - 1) // 2`` buckets of equal step width. From each bucket the database returns the
+A series (one key, optionally within a step range) with more rows than asked for is cut into at
+most ``(max_points - 1) // 2`` buckets of steps (``layout``). From each bucket the read returns the
 row holding its minimum and the row holding its maximum finite value (one row when they are the
-same, or when every value in the bucket is non-finite), and the series' last row (highest step,
-the latest written on a tie) is always kept. So a spike or a dip never disappears, the final
-value is exact, and no more than ``2 * buckets + 1 <= max_points`` points come back, each of them
-a stored row (step, value and timestamp unchanged). Buckets are by step, so a zoomed read (a step
-range) gets finer buckets over just that range.
+same, or the bucket's first row when no value in it is finite), and the series' last row is always
+kept. So a spike or a dip never disappears, the final value is exact, and no more than
+``2 * buckets + 1 <= max_points`` points come back, each of them a stored row (step, value and
+timestamp unchanged). Buckets are by step, so a zoomed read (a step range) gets finer buckets over
+just that range.
 
-The work is two grouped scans of the range on the ``(run_id, key, step)`` index (bucket minimum and
-maximum, then the first row holding each) plus indexed lookups: portable SQL that SQLite and
-PostgreSQL both run, with nothing brought into Python but the chosen rows.
+Where does the work go: a range of at least 16 steps per bucket is cut along the buckets of a
+rollup level (backend/rollups.py: extreme rows kept at write time), so the read merges fewer than
+four rollup rows per bucket, plus the rows of the two rollup buckets at the range's ends. A shorter range (at most 16 x buckets steps) is cut into equal widths
+from its first step and reduced by two grouped scans of its rows on the ``(run_id, key, step)``
+index. Both are portable SQL that SQLite and PostgreSQL run alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import Connection, ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
+from backend import rollups
 from backend.models import LatestMetric, Metric
 from backend.schemas import MetricSeries
 from backend.store import run_exists
@@ -33,10 +37,32 @@ def n_buckets(max_points: int) -> int:
     return (max_points - 1) // 2
 
 
-def bucket_width(first_step: int, last_step: int, max_points: int) -> int:
-    """Steps per bucket, so that [first_step, last_step] falls into at most n_buckets buckets."""
-    span = last_step - first_step + 1
-    return -(-span // n_buckets(max_points))
+@dataclass(frozen=True)
+class Cut:
+    """How a step range is cut into buckets: ``cells`` cells of ``unit`` steps from cell ``first_cell``
+    (``unit`` is a rollup level's width, or 1 step), shared out in order, as evenly as they go, among
+    ``buckets`` buckets."""
+
+    unit: int
+    first_cell: int
+    cells: int
+    buckets: int
+    level: int | None  # the rollup level whose buckets are the cells; None: cells are single steps
+
+    def bucket(self, step: int) -> int:
+        return (step // self.unit - self.first_cell) * self.buckets // self.cells
+
+
+def layout(first_step: int, last_step: int, max_points: int) -> Cut:
+    """The cut of ``[first_step, last_step]`` into at most ``n_buckets(max_points)`` buckets: along the
+    buckets of the coarsest rollup level that still has that many in the range (so each rollup bucket
+    falls in one bucket), or, for a range under 16 steps per bucket, step by step."""
+    nb = n_buckets(max_points)
+    fitting = [level for level in range(rollups.LEVELS) if rollups.width(level) * nb <= last_step - first_step + 1]
+    level = fitting[-1] if fitting else None
+    unit = 1 if level is None else rollups.width(level)
+    cells = last_step // unit - first_step // unit + 1
+    return Cut(unit, first_step // unit, cells, min(nb, cells), level)
 
 
 def read_downsampled(s: Session, run_id: int, max_points: int, keys: Sequence[str] | None = None,
@@ -59,7 +85,12 @@ def read_downsampled(s: Session, run_id: int, max_points: int, keys: Sequence[st
         rows = conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(*where)
                             .order_by(Metric.step, Metric.id).limit(limit)).all()
         if len(rows) > max_points:
-            rows = _bucketed(conn, where, rows[0].step, max_points)
+            last_step = conn.scalar(select(func.max(Metric.step)).where(*where))
+            cut = layout(rows[0].step, last_step, max_points)
+            if cut.level is None:
+                rows = _bucketed(conn, where, cut)
+            else:
+                rows = _from_rollups(conn, where, run_id, key, cut, (rows[0].step, last_step))
             reduced.append(key)
         if rows:
             out[key] = MetricSeries(step=[r[0] for r in rows], value=[r[1] for r in rows],
@@ -76,15 +107,14 @@ def _range(run_id: int, key: str, min_step: int | None, max_step: int | None) ->
     return where
 
 
-def _bucketed(conn: Connection, where: list[ColumnElement[bool]], first_step: int, max_points: int) -> list:
-    last_step = conn.scalar(select(func.max(Metric.step)).where(*where))
-    width = bucket_width(first_step, last_step, max_points)
+def _bucketed(conn: Connection, where: list[ColumnElement[bool]], cut: Cut) -> list:
     if conn.dialect.name == "postgresql":
         # Right after a bulk write the table's statistics are stale: PostgreSQL then estimates the range
         # at 2 rows and joins the rows with their buckets' extremes in a nested loop (a minute for 100 k
         # rows, 55 s measured). A hash join takes 1-2 s; this read's transaction only.
         conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
-    points = select(Metric.id, Metric.value, ((Metric.step - first_step) // width).label("b")).where(*where).subquery()
+    bucket = (Metric.step - cut.first_cell) * cut.buckets // cut.cells  # Cut.bucket, unit 1
+    points = select(Metric.id, Metric.value, bucket.label("b")).where(*where).subquery()
     extremes = (select(points.c.b, func.min(points.c.value).label("lo"), func.max(points.c.value).label("hi"))
                 .group_by(points.c.b).subquery())
     chosen = (select(func.min(points.c.id)).join(extremes, extremes.c.b == points.c.b)
@@ -94,3 +124,23 @@ def _bucketed(conn: Connection, where: list[ColumnElement[bool]], first_step: in
     return conn.execute(select(Metric.step, Metric.value, Metric.timestamp)
                         .where(or_(Metric.id.in_(chosen), Metric.id == last))
                         .order_by(Metric.step, Metric.id)).all()
+
+
+def _from_rollups(conn: Connection, where: list[ColumnElement[bool]], run_id: int, key: str, cut: Cut,
+                  steps: tuple[int, int]) -> list[tuple[int, float | None, float]]:
+    """The chosen rows of ``steps`` = (first, last), cut along rollup buckets."""
+    (first, last), w = steps, cut.unit
+    r0, r1 = first // w, last // w
+    # rollup buckets strictly inside the range hold only steps of it; the two at its ends may hold
+    # steps outside a zoomed range, so they are summarized from the range's own rows
+    parts = rollups.read(conn, run_id, key, cut.level, r0 + 1, r1 - 1)
+    for lo, hi in {(first, min(last, (r0 + 1) * w - 1)), (max(first, r1 * w), last)}:
+        rows = conn.execute(select(Metric.step, Metric.value, Metric.timestamp)
+                            .where(*where, Metric.step.between(lo, hi)))
+        parts.update(rollups.summarize(rows.tuples(), w))
+    chosen = {row[0]: row for bucket in rollups.regroup(parts, lambda b: cut.bucket(b * w)).values()
+              for row in bucket.rows()}
+    last_row = conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(Metric.run_id == run_id,
+                            Metric.key == key, Metric.step == last)).one()
+    chosen[last] = tuple(last_row)
+    return [chosen[step] for step in sorted(chosen)]

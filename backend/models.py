@@ -16,6 +16,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
@@ -129,6 +130,26 @@ class LatestMetric(_MetricValue, Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     key: Mapped[str] = mapped_column(String(250), primary_key=True)
     n_rows: Mapped[int] = mapped_column(BigInteger, server_default="0")  # metric rows of this series
+
+
+class MetricRollup(Base):
+    """One step bucket of a metric series at one level: first row and the rows of its finite minimum and maximum
+    (backend/rollups.py keeps them; downsampled reads of long ranges read these rows)."""
+
+    __tablename__ = "metric_rollups"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(250), primary_key=True)
+    level: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    first_step: Mapped[int] = mapped_column(BigInteger)
+    first_ts: Mapped[float] = mapped_column(Float(53))
+    lo_step: Mapped[int | None] = mapped_column(BigInteger)
+    lo_value: Mapped[float | None] = mapped_column(Float(53))
+    lo_ts: Mapped[float | None] = mapped_column(Float(53))
+    hi_step: Mapped[int | None] = mapped_column(BigInteger)
+    hi_value: Mapped[float | None] = mapped_column(Float(53))
+    hi_ts: Mapped[float | None] = mapped_column(Float(53))
 
 
 class WindowAssignment(Base):

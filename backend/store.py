@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from aah_core.windows import JsonPlan, plan_to_json
+from backend import rollups
 from backend.errors import Conflict, NotFound
 from backend.models import ACTIVE_STATUSES, Experiment, LatestMetric, Metric, Param, Run, RunTag, WindowAssignment
 from backend.schemas import MetricSeries, Progress, RunPublic
@@ -283,8 +284,15 @@ def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
               **{c: case((newer, stmt.excluded[c]), else_=LatestMetric.__table__.c[c])
                  for c in ("step", "value", "special", "timestamp")}},
     ), [{**dict(zip(_METRIC_COLUMNS, rec)), "n_rows": counts[key]} for key, rec in newest.items()])
-    if written != len(records):  # some steps were there already (or the driver could not say): recount
+    points: dict[str, list[tuple[int, float | None, float]]] = defaultdict(list)
+    for rec in records.values():
+        points[rec[1]].append((rec[2], rec[3], rec[5]))
+    if written == len(records):
+        rollups.add(conn, run_id, points)
+    else:  # some steps were there already (or the driver could not say): recount, redo their buckets
         _recount(s, run_id, list(counts))
+        for key, key_points in points.items():
+            rollups.rebuild(conn, run_id, key, min(p[0] for p in key_points), max(p[0] for p in key_points))
         written = max(written, 0)
     return written
 

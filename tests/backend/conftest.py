@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
 
 from aah_core.checkpoint import load_checkpoint, save_checkpoint
 from aah_core.config import apply_overrides
@@ -15,10 +16,22 @@ from aah_core.presets import get_preset
 from aah_core.train import JsonlSink, train
 from aah_core.windows import validate_plan
 from backend.app import create_app
+from backend.db import make_engine, make_session_factory
+from backend.migrate import upgrade
 from backend.settings import Settings
-from tests.conftest import database_url
+from tests.conftest import DATABASES, database_url
 
 TINY_PLAN = [[4, None], [16, 8]]  # a non-trivial own plan: 2 layers x 2 heads, seq_len 64
+
+
+@pytest.fixture(scope="module", params=DATABASES)
+def module_sessions(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                    ) -> Iterator[sessionmaker[Session]]:
+    """One migrated store per test module and database (SQLite, PostgreSQL) for tests that make their own runs."""
+    engine = make_engine(database_url(request, tmp_path_factory.mktemp("store")))
+    upgrade(engine)
+    yield make_session_factory(engine)
+    engine.dispose()
 
 
 @pytest.fixture(scope="session")

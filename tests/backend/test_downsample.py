@@ -10,28 +10,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backend import store
-from backend.db import make_engine, make_session_factory, transaction
-from backend.downsample import bucket_width, read_downsampled
-from backend.migrate import upgrade
-from tests.conftest import DATABASES, database_url
+from backend.db import transaction
+from backend.downsample import layout, read_downsampled
 
 SPECIAL = (math.nan, math.inf, -math.inf)
 
 
-@pytest.fixture(scope="module", params=DATABASES)
-def sessions(request, tmp_path_factory):
-    engine = make_engine(database_url(request, tmp_path_factory.mktemp("store")))
-    upgrade(engine)
-    yield make_session_factory(engine)
-    engine.dispose()
-
-
-def _log(sessions, points: list[tuple[int, float]], batches: int = 1) -> int:
-    with transaction(sessions) as s:
+def _log(module_sessions, points: list[tuple[int, float]], batches: int = 1) -> int:
+    with transaction(module_sessions) as s:
         run_id = store.create_run(s, name="series", experiment="downsample")
     size = -(-len(points) // batches) if points else 1
     for i in range(0, len(points), size):
-        with transaction(sessions) as s:
+        with transaction(module_sessions) as s:
             store.log_metrics(s, run_id, [("y", step, value, float(n)) for n, (step, value) in
                                           enumerate(points[i:i + size], start=i)])
     return run_id
@@ -49,11 +39,15 @@ values = st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from(SPECIA
 @given(points=st.one_of(st.lists(st.tuples(st.integers(0, 120), values), max_size=12),
                         st.lists(st.tuples(st.integers(0, 120), values), min_size=40, max_size=150)),
        max_points=st.integers(3, 16), lo=st.none() | st.integers(0, 40), span=st.none() | st.integers(20, 100),
-       batches=st.integers(1, 3))
-def test_downsampling_keeps_min_max_and_last_and_never_exceeds_n(sessions, points, max_points, lo, span, batches):
-    hi = None if lo is None or span is None else lo + span
-    run_id = _log(sessions, points, batches)
-    with transaction(sessions) as s:
+       batches=st.integers(1, 3), scale=st.sampled_from([1, 1, 37, 1000]))
+def test_downsampling_keeps_min_max_and_last_and_never_exceeds_n(module_sessions, points, max_points, lo, span, batches,
+                                                                  scale):
+    # scaled steps spread the points over many rollup buckets (and levels), a zoom's ends inside them
+    points = [(step * scale, value) for step, value in points]
+    lo = None if lo is None else lo * scale + (scale > 1)
+    hi = None if lo is None or span is None else lo + span * scale
+    run_id = _log(module_sessions, points, batches)
+    with transaction(module_sessions) as s:
         series, reduced = read_downsampled(s, run_id, max_points, ["y"], lo, hi)
     # the stored rows in range, by step: a step written again is ignored (the first row stays)
     first_of_step = {step: (n, v) for n, (step, v) in reversed(list(enumerate(points)))}
@@ -73,13 +67,13 @@ def test_downsampling_keeps_min_max_and_last_and_never_exceeds_n(sessions, point
     assert all((step, int(n), v) in set(rows) for step, v, n in got)
     assert got[-1] == (rows[-1][0], rows[-1][2], float(rows[-1][1]))
     # every bucket (documented widths) keeps its finite min and max, or one point if it has none finite
-    first, width = rows[0][0], bucket_width(rows[0][0], rows[-1][0], max_points)
+    cut = layout(rows[0][0], rows[-1][0], max_points)
     buckets: dict[int, list] = {}
     for step, _, v in rows:
-        buckets.setdefault((step - first) // width, []).append(v)
+        buckets.setdefault(cut.bucket(step), []).append(v)
     assert len(buckets) <= (max_points - 1) // 2
     for b, vals in buckets.items():
-        kept = [v for step, v, _ in got if (step - first) // width == b]
+        kept = [v for step, v, _ in got if cut.bucket(step) == b]
         finite = [v for v in vals if v is not None]
         if finite:
             assert min(finite) in kept and max(finite) in kept
@@ -87,15 +81,15 @@ def test_downsampling_keeps_min_max_and_last_and_never_exceeds_n(sessions, point
             assert kept
 
 
-def test_a_long_series_reduced_to_its_envelope(sessions):
+def test_a_long_series_reduced_to_its_envelope(module_sessions):
     """10 000 points, a spike and a dip in the middle: 101 points keep both, and the last value."""
     points = [(step, math.sin(step / 300)) for step in range(10_000)]
     points[4321] = (4321, 50.0)
     points[7777] = (7777, -50.0)
     last = points[-1]
     points.append((9_999, 0.125))  # a second row at the last step is ignored: the first value stays
-    run_id = _log(sessions, points, batches=3)
-    with transaction(sessions) as s:
+    run_id = _log(module_sessions, points, batches=3)
+    with transaction(module_sessions) as s:
         series, reduced = read_downsampled(s, run_id, 101, None)
         full = store.read_metrics(s, run_id)["y"]
     y = series["y"]
@@ -103,15 +97,15 @@ def test_a_long_series_reduced_to_its_envelope(sessions):
     assert (4321, 50.0) in zip(y.step, y.value) and (7777, -50.0) in zip(y.step, y.value)
     assert (y.step[-1], y.value[-1]) == (full.step[-1], full.value[-1]) == last
     assert max(y.value) == max(full.value) and min(y.value) == min(full.value)
-    with transaction(sessions) as s:  # a zoomed read: finer buckets over the range only
+    with transaction(module_sessions) as s:  # a zoomed read: finer buckets over the range only
         zoom, _ = read_downsampled(s, run_id, 101, ["y"], 4000, 4999)
     assert zoom["y"].step[0] >= 4000 and zoom["y"].step[-1] == 4999 and 4321 in zoom["y"].step
     assert len(zoom["y"].step) <= 101
 
 
-def test_short_series_come_back_whole_and_bad_requests_are_refused(sessions):
-    run_id = _log(sessions, [(1, 1.0), (2, math.nan), (3, 3.0)])
-    with transaction(sessions) as s:
+def test_short_series_come_back_whole_and_bad_requests_are_refused(module_sessions):
+    run_id = _log(module_sessions, [(1, 1.0), (2, math.nan), (3, 3.0)])
+    with transaction(module_sessions) as s:
         series, reduced = read_downsampled(s, run_id, 3, ["y", "unknown"])
         assert reduced == [] and series["y"].value == [1.0, None, 3.0] and "unknown" not in series
         with pytest.raises(ValueError, match="at least 3"):
@@ -120,10 +114,10 @@ def test_short_series_come_back_whole_and_bad_requests_are_refused(sessions):
             read_downsampled(s, 10**9, 10)
 
 
-def test_row_counts_follow_every_batch(sessions):
+def test_row_counts_follow_every_batch(module_sessions):
     """latest_metrics.n_rows, the response cache's version, counts late rows too."""
-    run_id = _log(sessions, [(5, 1.0), (6, 2.0)])
-    with transaction(sessions) as s:
+    run_id = _log(module_sessions, [(5, 1.0), (6, 2.0)])
+    with transaction(module_sessions) as s:
         assert store.metrics_version(s, run_id) == (2, 1)
         store.log_metrics(s, run_id, [("y", 3, 9.0, 1.0), ("z", 1, 1.0, 1.0)])  # y: an older step
         assert store.metrics_version(s, run_id) == (4, 2)

@@ -1,0 +1,51 @@
+"""Per-bucket minima and maxima of every metric series (``metric_rollups``, kept by backend/rollups.py).
+
+A downsampled read of a million-step series used to scan every row of the range for its bucket
+extremes (16 s for 6 keys of 1 M steps on SQLite, and minutes on PostgreSQL in bench/store.py). With
+the extremes of 16-, 64-, 256-... step buckets kept as rows are written, a read of a long range
+touches about as many rollup rows as points it returns. The rollups of series stored before this
+revision are built here from their rows (the same code that keeps them afterwards).
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-12-01
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+from backend import rollups
+
+revision = "0008"
+down_revision = "0007"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "metric_rollups",
+        sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column("key", sa.String(250), primary_key=True),
+        sa.Column("level", sa.SmallInteger, primary_key=True),
+        sa.Column("bucket", sa.BigInteger, primary_key=True),
+        sa.Column("first_step", sa.BigInteger, nullable=False),
+        sa.Column("first_ts", sa.Float(53), nullable=False),
+        sa.Column("lo_step", sa.BigInteger),
+        sa.Column("lo_value", sa.Float(53)),
+        sa.Column("lo_ts", sa.Float(53)),
+        sa.Column("hi_step", sa.BigInteger),
+        sa.Column("hi_value", sa.Float(53)),
+        sa.Column("hi_ts", sa.Float(53)),
+    )
+    metrics = sa.table("metrics", sa.column("run_id", sa.Integer), sa.column("key", sa.String),
+                       sa.column("step", sa.BigInteger))
+    conn = op.get_bind()
+    series = conn.execute(sa.select(metrics.c.run_id, metrics.c.key, sa.func.min(metrics.c.step),
+                                    sa.func.max(metrics.c.step)).group_by(metrics.c.run_id, metrics.c.key)).all()
+    for run_id, key, first, last in series:
+        rollups.rebuild(conn, run_id, key, first, last)
+
+
+def downgrade() -> None:
+    op.drop_table("metric_rollups")
