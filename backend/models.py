@@ -113,7 +113,6 @@ class Metric(_MetricValue, Base):
     __table_args__ = (
         CheckConstraint("special IS NULL OR (value IS NULL AND special IN ('nan', 'inf', '-inf'))",
                         name="ck_metrics_special"),
-        Index("ix_metrics_run_key_step_value", "run_id", "key", "step", "value"),  # covers downsampled reads
         Index("ux_metrics_run_key_step", "run_id", "key", "step", unique=True),  # a step sent twice is stored once
     )
 

@@ -6,6 +6,10 @@ the extremes of 16-, 64-, 256-... step buckets kept as rows are written, a read 
 touches about as many rollup rows as points it returns. The rollups of series stored before this
 revision are built here from their rows (the same code that keeps them afterwards).
 
+The index covering the value (0004) served the old reads; reads of short ranges now find their
+rows through the unique ``(run_id, key, step)`` index (0006), and dropping it makes a SQLite batch
+insert about a third cheaper (122-164 k against 92-100 k points/s measured on a 1 M-row store).
+
 Revision ID: 0008
 Revises: 0007
 Create Date: 2026-12-01
@@ -45,7 +49,9 @@ def upgrade() -> None:
                                     sa.func.max(metrics.c.step)).group_by(metrics.c.run_id, metrics.c.key)).all()
     for run_id, key, first, last in series:
         rollups.rebuild(conn, run_id, key, first, last)
+    op.drop_index("ix_metrics_run_key_step_value", table_name="metrics")
 
 
 def downgrade() -> None:
+    op.create_index("ix_metrics_run_key_step_value", "metrics", ["run_id", "key", "step", "value"])
     op.drop_table("metric_rollups")
