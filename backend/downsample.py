@@ -9,11 +9,11 @@ kept. So a spike or a dip never disappears, the final value is exact, and no mor
 timestamp unchanged). Buckets are by step, so a zoomed read (a step range) gets finer buckets over
 just that range.
 
-Where does the work go: a range of at least 16 steps per bucket is cut along the buckets of a
-rollup level (backend/rollups.py: extreme rows kept at write time), so the read merges fewer than
-four rollup rows per bucket, plus the rows of the two rollup buckets at the range's ends. A shorter range (at most 16 x buckets steps) is cut into equal widths
-from its first step and reduced by two grouped scans of its rows on the ``(run_id, key, step)``
-index. Both are portable SQL that SQLite and PostgreSQL run alike.
+Where the work goes: a range of at least 16 steps per bucket is cut along the buckets of a rollup
+level (backend/rollups.py: their extreme rows are kept in the database as rows are written), so the
+read merges fewer than four rollup rows per bucket, plus the rows of the two rollup buckets at the
+range's ends; a shorter range (under 16 steps per bucket, so at most 16 x max_points rows) is cut
+step by step and summarized from its rows. Either way a read touches a few rows per point returned.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, ColumnElement, func, or_, select
+from sqlalchemy import Connection, ColumnElement, Row, select
 from sqlalchemy.orm import Session
 
 from backend import rollups
@@ -85,12 +85,7 @@ def read_downsampled(s: Session, run_id: int, max_points: int, keys: Sequence[st
         rows = conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(*where)
                             .order_by(Metric.step, Metric.id).limit(limit)).all()
         if len(rows) > max_points:
-            last_step = conn.scalar(select(func.max(Metric.step)).where(*where))
-            cut = layout(rows[0].step, last_step, max_points)
-            if cut.level is None:
-                rows = _bucketed(conn, where, cut)
-            else:
-                rows = _from_rollups(conn, where, run_id, key, cut, (rows[0].step, last_step))
+            rows = _reduced(conn, where, run_id, key, rows[0].step, max_points)
             reduced.append(key)
         if rows:
             out[key] = MetricSeries(step=[r[0] for r in rows], value=[r[1] for r in rows],
@@ -107,40 +102,27 @@ def _range(run_id: int, key: str, min_step: int | None, max_step: int | None) ->
     return where
 
 
-def _bucketed(conn: Connection, where: list[ColumnElement[bool]], cut: Cut) -> list:
-    if conn.dialect.name == "postgresql":
-        # Right after a bulk write the table's statistics are stale: PostgreSQL then estimates the range
-        # at 2 rows and joins the rows with their buckets' extremes in a nested loop (a minute for 100 k
-        # rows, 55 s measured). A hash join takes 1-2 s; this read's transaction only.
-        conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
-    bucket = (Metric.step - cut.first_cell) * cut.buckets // cut.cells  # Cut.bucket, unit 1
-    points = select(Metric.id, Metric.value, bucket.label("b")).where(*where).subquery()
-    extremes = (select(points.c.b, func.min(points.c.value).label("lo"), func.max(points.c.value).label("hi"))
-                .group_by(points.c.b).subquery())
-    chosen = (select(func.min(points.c.id)).join(extremes, extremes.c.b == points.c.b)
-              .where(or_(points.c.value == extremes.c.lo, points.c.value == extremes.c.hi, extremes.c.lo.is_(None)))
-              .group_by(points.c.b, points.c.value))
-    last = select(Metric.id).where(*where).order_by(Metric.step.desc(), Metric.id.desc()).limit(1).scalar_subquery()
-    return conn.execute(select(Metric.step, Metric.value, Metric.timestamp)
-                        .where(or_(Metric.id.in_(chosen), Metric.id == last))
-                        .order_by(Metric.step, Metric.id)).all()
+def _rows(conn: Connection, where: list[ColumnElement[bool]], *steps: ColumnElement[bool]) -> list[Row]:
+    return conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(*where, *steps)).all()
 
 
-def _from_rollups(conn: Connection, where: list[ColumnElement[bool]], run_id: int, key: str, cut: Cut,
-                  steps: tuple[int, int]) -> list[tuple[int, float | None, float]]:
-    """The chosen rows of ``steps`` = (first, last), cut along rollup buckets."""
-    (first, last), w = steps, cut.unit
-    r0, r1 = first // w, last // w
-    # rollup buckets strictly inside the range hold only steps of it; the two at its ends may hold
-    # steps outside a zoomed range, so they are summarized from the range's own rows
-    parts = rollups.read(conn, run_id, key, cut.level, r0 + 1, r1 - 1)
-    for lo, hi in {(first, min(last, (r0 + 1) * w - 1)), (max(first, r1 * w), last)}:
-        rows = conn.execute(select(Metric.step, Metric.value, Metric.timestamp)
-                            .where(*where, Metric.step.between(lo, hi)))
-        parts.update(rollups.summarize(rows.tuples(), w))
-    chosen = {row[0]: row for bucket in rollups.regroup(parts, lambda b: cut.bucket(b * w)).values()
-              for row in bucket.rows()}
-    last_row = conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(Metric.run_id == run_id,
-                            Metric.key == key, Metric.step == last)).one()
-    chosen[last] = tuple(last_row)
+def _reduced(conn: Connection, where: list[ColumnElement[bool]], run_id: int, key: str, first: int,
+             max_points: int) -> list[tuple[int, float | None, float]]:
+    """The chosen rows of the range ``where`` (first step ``first``), by step."""
+    last_row = conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(*where)
+                            .order_by(Metric.step.desc()).limit(1)).one()
+    cut = layout(first, last_row.step, max_points)
+    if cut.level is None:  # fewer than 16 steps per bucket: the range's own rows
+        buckets = rollups.summarize(_rows(conn, where), cut.bucket)
+    else:
+        w = cut.unit
+        r0, r1 = first // w, last_row.step // w
+        # rollup buckets strictly inside the range hold only steps of it; the two at its ends may hold
+        # steps outside a zoomed range, so they are summarized from the range's own rows
+        parts = rollups.read(conn, run_id, key, cut.level, r0 + 1, r1 - 1)
+        for lo, hi in {(first, (r0 + 1) * w - 1), (r1 * w, last_row.step)}:
+            parts.update(rollups.summarize(_rows(conn, where, Metric.step.between(lo, hi)), lambda step: step // w))
+        buckets = rollups.regroup(parts, lambda b: cut.bucket(b * w))
+    chosen = {row[0]: row for bucket in buckets.values() for row in bucket.rows()}
+    chosen[last_row.step] = tuple(last_row)
     return [chosen[step] for step in sorted(chosen)]

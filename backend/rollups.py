@@ -69,18 +69,20 @@ class Summary:
         return [(self.lo_step, self.lo_value, self.lo_ts), (self.hi_step, self.hi_value, self.hi_ts)]
 
 
-def summarize(points: Iterable[tuple[int, float | None, float]], bucket_width: int) -> dict[int, Summary]:
-    """Bucket -> summary of (step, value, timestamp) points (value None when it is not finite), one step
-    per point. min() and max() keep the first of equal values: in step order, the smaller step."""
+def summarize(points: Iterable[tuple[int, float | None, float]], bucket: Callable[[int], int],
+              ) -> dict[int, Summary]:
+    """Bucket -> summary of (step, value, timestamp) points (value None when it is not finite), one
+    point per step; ``bucket(step)`` must not decrease with the step. min() and max() keep the first of
+    equal values: in step order, the smaller step."""
     out: dict[int, Summary] = {}
-    for bucket, group in groupby(sorted(points, key=itemgetter(0)), key=lambda p: p[0] // bucket_width):
+    for b, group in groupby(sorted(points, key=itemgetter(0)), key=lambda p: bucket(p[0])):
         group = list(group)
         finite = [p for p in group if p[1] is not None]
         if finite:
             lo, hi = min(finite, key=itemgetter(1)), max(finite, key=itemgetter(1))
-            out[bucket] = Summary(group[0][0], group[0][2], *lo, *hi)
+            out[b] = Summary(group[0][0], group[0][2], *lo, *hi)
         else:
-            out[bucket] = Summary(group[0][0], group[0][2])
+            out[b] = Summary(group[0][0], group[0][2])
     return out
 
 
@@ -97,6 +99,10 @@ def regroup(buckets: dict[int, Summary], group: Callable[[int], int]) -> dict[in
     return out
 
 
+def _level0(step: int) -> int:
+    return step // BASE_WIDTH
+
+
 def _parent(bucket: int) -> int:
     return bucket // FACTOR
 
@@ -105,7 +111,7 @@ def add(conn: Connection, run_id: int, points: dict[str, list[tuple[int, float |
     """Merge newly stored points (per key) into their buckets at every level: one statement."""
     rows = []
     for key, key_points in points.items():
-        buckets = summarize(key_points, BASE_WIDTH)
+        buckets = summarize(key_points, _level0)
         for level in range(LEVELS):
             if level:
                 buckets = regroup(buckets, _parent)
@@ -118,7 +124,7 @@ def rebuild(conn: Connection, run_id: int, key: str, lo: int, hi: int) -> None:
     """Recompute, from the stored rows, every bucket (each level) holding a step in ``[lo, hi]``."""
     start, end = lo // BASE_WIDTH * BASE_WIDTH, (hi // BASE_WIDTH + 1) * BASE_WIDTH - 1
     buckets = summarize(conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(
-        Metric.run_id == run_id, Metric.key == key, Metric.step.between(start, end))).tuples(), BASE_WIDTH)
+        Metric.run_id == run_id, Metric.key == key, Metric.step.between(start, end))).tuples(), _level0)
     for level in range(LEVELS):
         w = width(level)
         if level:
