@@ -81,7 +81,7 @@ def measure(edits: int, warmup: int, opens: int) -> dict | None:
         page = browser.new_page(viewport={"width": 1440, "height": 1100})
         page.set_default_timeout(60_000)
         page.goto(stack.ui_url + "/")
-        S.wait_for(lambda: S.metric_value(page, "loss (nats)"), what="the first loss")
+        S.editor_ready(page)  # the loss and, a moment later, the charts: the timed clicks start after
         cells = [(l, h) for l in range(model["n_layer"]) for h in range(model["n_head"])]
         samples, server_ms, losses = [], [], []
         for i in range(warmup + edits):

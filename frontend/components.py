@@ -114,6 +114,37 @@ def app_base_url() -> str:
 
 # -- display helpers ----------------------------------------------------------------------------------
 
+# Reports (a one-time trigger) on the first animation frame where no element of the page is still
+# waiting for its code (no Suspense skeleton left), or after FIRST_PAINT_WAIT_MS at the latest.
+FIRST_PAINT_WAIT_MS = 5000
+_FIRST_PAINT = st.components.v2.component("aah_first_paint", js="""
+export default function ({ setTriggerValue }) {
+  const start = performance.now();
+  const tick = () => {
+    const waiting = document.querySelector('[data-testid="stSkeleton"]');
+    if (waiting && performance.now() - start < %d) return requestAnimationFrame(tick);
+    requestAnimationFrame(() => setTriggerValue("shown", true));
+  };
+  requestAnimationFrame(tick);
+}
+""" % FIRST_PAINT_WAIT_MS)
+
+
+def _shown(page: str) -> None:
+    st.session_state[f"_painted.{page}"] = True
+
+
+def first_paint_done(page: str) -> bool:
+    """Whether the browser has shown this page once in this session. Until it has, the page draws a
+    light version (numbers and widgets, no charts) and this call mounts a script that reports the
+    first paint: the page, or the fragment this is called in, then reruns with everything. So a new
+    session sees the numbers before the browser loads and draws Plotly (4.7 MB of code): bench/ui.py."""
+    if st.session_state.get(f"_painted.{page}"):
+        return True
+    _FIRST_PAINT(key=f"_painted.{page}.signal", on_shown_change=functools.partial(_shown, page))
+    return False
+
+
 
 def show_figure(fig: go.Figure, name: str, **kwargs: Any) -> Any:
     """st.plotly_chart with exact colours (theme=None) and a stable key."""
@@ -186,9 +217,19 @@ def unavailable_models_note(where: Any = st) -> None:
 # -- share, save, export --------------------------------------------------------------------------------
 
 
+def lazy_expander(label: str, key: str) -> Any:
+    """A closed expander whose content is built only while it is open (opening it reruns the page, or
+    the fragment it is in). Use `with lazy_expander(...) as box: if box.open: ...`: a closed one sends
+    no content, so the browser loads no code for it (a page opens faster; bench/ui.py)."""
+    return st.expander(label, expanded=False, key=key, on_change="rerun")
+
+
 def share_bar(page: str, state: dict[str, Any], section: Callable[[], export.Section] | None) -> None:
-    """Copy-link, save-as-view and export controls for the current view."""
-    with st.expander("Share · save · export", expanded=False):
+    """Copy-link, save-as-view and export controls for the current view, built while they are open
+    (the link box alone loads the browser's syntax highlighter, about 1.5 MB of code)."""
+    with lazy_expander("Share · save · export", f"{page}._share") as bar:
+        if not bar.open:
+            return
         link = U.share_url(app_base_url(), page, state)
         st.caption("Link to exactly this view (copy with the icon at the right):")
         st.code(link, language=None)

@@ -37,21 +37,28 @@ def _commit(hist: H.PlanHistory, plan: list) -> None:
     hist.push(P.normalize_plan(plan))
 
 
-def _on_cell(hist: H.PlanHistory, wkey: str, layer: int, head: int) -> None:
+# The cell, typed and table widgets are keyed by the history's version, so each plan gets fresh ones.
+# A widget of an earlier version is ignored: when two reruns overlap (a click while another rerun is
+# under way), the second request carries every widget the browser still shows, old ones included, and
+# their replayed values are not edits of this plan (a replayed typed 256 once reset a head to full).
+
+
+def _on_cell(hist: H.PlanHistory, wkey: str, version: int, layer: int, head: int) -> None:
     label = st.session_state.get(wkey)
-    if label is not None:
+    if label is not None and version == hist.version:
         _commit(hist, P.set_cell(hist.current, layer, head, P.parse_window(label)))
 
 
-def _on_typed(hist: H.PlanHistory, tkey: str, layer: int, head: int, seq_len: int) -> None:
+def _on_typed(hist: H.PlanHistory, tkey: str, version: int, layer: int, head: int, seq_len: int) -> None:
     """A typed window (any integer; the model's context or more is full)."""
     w = st.session_state.get(tkey)
-    if w is not None:
+    if w is not None and version == hist.version:
         hist.push(P.normalize_plan(P.set_cell(hist.current, layer, head, int(w)), seq_len))
 
 
-def _on_table(hist: H.PlanHistory, tkey: str) -> None:
-    _commit(hist, P.apply_table_edits(hist.current, (st.session_state.get(tkey) or {}).get("edited_rows", {})))
+def _on_table(hist: H.PlanHistory, tkey: str, version: int) -> None:
+    if version == hist.version:
+        _commit(hist, P.apply_table_edits(hist.current, (st.session_state.get(tkey) or {}).get("edited_rows", {})))
 
 
 def cell_editor(model: dict, hist: H.PlanHistory) -> None:
@@ -65,11 +72,11 @@ def cell_editor(model: dict, hist: H.PlanHistory) -> None:
     current = P.window_label(hist.current[layer][head])
     wkey = f"editor._cell.{hist.version}.{layer}.{head}"
     c3.pills(f"Window of layer {layer}, head {head}", labels(model, hist.current), default=current,
-             key=wkey, on_change=_on_cell, args=(hist, wkey, layer, head))
+             key=wkey, on_change=_on_cell, args=(hist, wkey, hist.version, layer, head))
     seq_len = model["seq_len"]
     tkey = f"editor._typed.{hist.version}.{layer}.{head}"
     c4.number_input(f"or type a window (1-{seq_len})", 1, seq_len, hist.current[layer][head] or seq_len, 1,
-                    key=tkey, on_change=_on_typed, args=(hist, tkey, layer, head, seq_len),
+                    key=tkey, on_change=_on_typed, args=(hist, tkey, hist.version, layer, head, seq_len),
                     help=f"any whole number of keys, not only the model's buckets; {seq_len} (the context) is full")
 
 
@@ -171,7 +178,7 @@ def table_editor(model: dict, hist: H.PlanHistory) -> None:
                       index=[f"L{l}" for l in range(model["n_layer"])])
     tkey = f"editor._table.{hist.version}"
     cols = {c: st.column_config.SelectboxColumn(c, options=opts, required=True) for c in df.columns}
-    st.data_editor(df, key=tkey, column_config=cols, on_change=_on_table, args=(hist, tkey))
+    st.data_editor(df, key=tkey, column_config=cols, on_change=_on_table, args=(hist, tkey, hist.version))
 
 
 def live_plot(model: dict, own_info: dict, result: dict, metric: str) -> None:

@@ -44,8 +44,11 @@ def _column(col: st.delta_generator.DeltaGenerator, title: str, prompt: str, res
 
 
 def generate_panel(model: dict, plan: list) -> None:
-    """Prompt, length and a button; the last result stays until the next press."""
-    with st.expander("Generate: the edited plan's continuation beside the model's own plan's", expanded=False):
+    """Prompt, length and a button; the last result stays until the next press. Built while open."""
+    with C.lazy_expander("Generate: the edited plan's continuation beside the model's own plan's",
+                         "editor._gen_open") as box:
+        if not box.open:
+            return
         prompt = st.text_area("Prompt", DEFAULT_PROMPT, max_chars=MAX_PROMPT_CHARS, key="editor._gen_prompt")
         top = max(1, min(256, model["seq_len"] - 1))
         n = st.slider("New tokens", 1, top, min(64, top), key="editor._gen_n")

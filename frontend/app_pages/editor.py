@@ -55,16 +55,20 @@ def panel() -> None:
         result = views.evaluate(model_id, hist.current, live["eval"])
         C.metric_badges(result)
     left, right = st.columns([3, 2])
-    with left:
-        E.grid(model, hist, live["layer"], live["head"])
-        with st.expander("Edit as a table"):
+    with left:  # a new session: the loss above is drawn first, the charts once the browser has shown it
+        charts = C.first_paint_done(PAGE)
+    if not charts:
+        left.caption("Drawing the window map and the charts...")
+    else:
+        with left:
+            E.grid(model, hist, live["layer"], live["head"])
             E.table_editor(model, hist)
-    with right:
-        if result:
-            E.live_plot(model, own_info, result, live["metric"])
-    if result and result.get("per_token"):
-        pt = result["per_token"]
-        C.show_figure(F.token_delta_figure(pt["tokens"], pt["delta"]), "editor._strip")
+        with right:
+            if result:
+                E.live_plot(model, own_info, result, live["metric"])
+        if result and result.get("per_token"):
+            pt = result["per_token"]
+            C.show_figure(F.token_delta_figure(pt["tokens"], pt["delta"]), "editor._strip")
     G.generate_panel(model, hist.current)
     C.share_bar(PAGE, live, lambda: views.editor_section(live))
 

@@ -176,6 +176,16 @@ def metric_value(page, label: str) -> str:
     return loc.first.inner_text(timeout=500).strip() if loc.count() else ""
 
 
+def editor_ready(page, timeout: float = 60.0) -> str:
+    """Wait until the editor is fully drawn: the loss, then the window map (a new session draws its
+    charts once the browser has shown the loss); returns the loss. Clicks made before then may meet the
+    rerun that adds the charts."""
+    loss = wait_for(lambda: metric_value(page, "loss (nats)"), timeout, what="the first loss")
+    wait_for(lambda: page.locator('[data-testid="stPlotlyChart"] .main-svg').count() >= 1, timeout,
+             what="the window map")
+    return loss
+
+
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02, what: str = "condition"):
     """Poll until `predicate()` is truthy; returns its value."""
     deadline = time.monotonic() + timeout

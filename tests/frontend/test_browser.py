@@ -18,7 +18,7 @@ def test_edit_a_head_and_share_the_view(live, model):
     stack, browser = live
     own = httpx.get(f"{stack.api_url}/api/v1/models/{model['id']}/windows", timeout=30).json()["windows"]
     page = S.open_page(browser, f"{stack.ui_url}/")  # the editor is the default page
-    before = S.wait_for(lambda: S.metric_value(page, "loss (nats)"), what="the first loss")
+    before = S.editor_ready(page)
     choices = [str(b) for b in model["buckets"] if b is not None]
     target = choices[0] if str(own[0][0]) != choices[0] else choices[1]
     pills = page.get_by_role("radiogroup", name="Window of layer 0, head 0")

@@ -93,7 +93,7 @@ def test_bulk_edit_and_preset_enable_undo_at_once(live, model):
     stack, browser = live
     n_head = model["n_head"]
     page = S.open_page(browser, f"{stack.ui_url}/")
-    S.wait_for(lambda: S.metric_value(page, "loss (nats)"), what="the first loss")
+    S.editor_ready(page)
     undo = page.get_by_role("button", name="↶ Undo")
     assert undo.is_disabled()
     page.get_by_text("Bulk edits and presets").click()

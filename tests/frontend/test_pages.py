@@ -23,6 +23,18 @@ def page(name: str, **params) -> AppTest:
     return at.run()
 
 
+def open_expander(at: AppTest, key: str) -> None:
+    """What a click on a closed lazy expander (components.lazy_expander) does: set it open and rerun."""
+    at.session_state[key] = True
+    at.run()
+
+
+def first_paint(at: AppTest, name: str) -> AppTest:
+    """What the browser's first-paint report (components.first_paint_done) does: the page reruns with its charts."""
+    at.session_state[f"_painted.{name}"] = True
+    return at.run()
+
+
 def url(at: AppTest) -> dict:
     return {k: at.query_params[k] for k in at.query_params}
 
@@ -81,6 +93,17 @@ def test_editor_evaluates_the_models_own_plan_with_per_token(fake_api):
     labels = [m.label for m in at.metric]
     assert labels == ["loss (nats)", "Δloss vs own plan", "perplexity", "acr", "causal_coverage"]
     assert at.metric[1].value == "+0.0000"
+
+
+def test_editor_shows_the_loss_first_and_the_charts_once_the_browser_has_shown_it(fake_api):
+    at = page("editor")
+    loss = at.metric[0].value
+    assert at.metric[0].label == "loss (nats)" and not at.get("plotly_chart")
+    assert any(c.value.startswith("Drawing the window map") for c in at.caption)
+    at = first_paint(at, "editor")
+    keys = {c.proto.id for c in at.get("plotly_chart")}
+    assert len(keys) == 3 and at.metric[0].value == loss and not at.exception
+    assert not any(c.value.startswith("Drawing the window map") for c in at.caption)
 
 
 def test_editor_opens_with_a_sentence_from_the_models_own_sweep(fake_api):
@@ -161,6 +184,8 @@ def test_editor_shows_the_servers_refusal(fake_api):
 
 def test_save_view_posts_the_page_state(fake_api):
     at = page("editor", plan="4.4.4.4_8.f.4.4")
+    assert not at.code  # the share bar is built only while open
+    open_expander(at, "editor._share")
     at.text_input(key="editor._viewname").input("all 4 in L0").run()
     at.button(key="editor._saveview").click().run()
     (_, args, _), = fake_api.called("create_view")
@@ -284,7 +309,7 @@ def test_frontend_never_imports_torch():
 
 
 def test_editor_draws_the_allocation_curve_without_changing_the_plan(fake_api):
-    at = page("editor")
+    at = first_paint(page("editor"), "editor")
     at.button(key="editor._curvebtn").click().run()
     (_, args, kwargs), = fake_api.called("allocate")
     assert args == ("demo", 0.1) and not at.exception
@@ -327,6 +352,8 @@ def test_editor_shows_the_exact_cost_beside_the_loss_for_every_edit(fake_api):
 
 def test_editor_generate_panel_shows_both_continuations(fake_api):
     at = page("editor", plan="4.4.4.4_8.f.4.4")
+    assert not [t for t in at.text_area if t.key == "editor._gen_prompt"]  # built only while open
+    open_expander(at, "editor._gen_open")
     assert not fake_api.called("generate")  # only on the button
     at.text_area(key="editor._gen_prompt").input("abc").run()
     at.slider(key="editor._gen_n").set_value(5).run()
@@ -360,7 +387,7 @@ def test_editor_offers_a_hugging_face_model_with_its_native_windows_and_context_
     own_windows = fake_api.model_windows
     monkeypatch.setattr(fake_api, "model_windows", lambda model_id: {**own_windows(model_id), "windows": native}
                         if model_id == "gemma-tiny" else own_windows(model_id))
-    at = page("editor", model="gemma-tiny")
+    at = first_paint(page("editor", model="gemma-tiny"), "editor")
     assert not at.exception
     picker = at.selectbox(key="editor.model")
     assert picker.value == "gemma-tiny" and "gemma3, 2×4 heads, T=32" in picker.format_func("gemma-tiny")
@@ -400,3 +427,22 @@ def test_acr_steps_slider_asks_the_server_again_for_that_range(fake_api):
     at.slider(key="acr.steps.1").set_value((0, 30)).run()
     later = fake_api.called("run_metrics")[n:]
     assert later and all(c[2]["min_step"] is None and c[2]["max_step"] is None for c in later)
+
+
+def test_a_replayed_widget_of_an_earlier_plan_edits_nothing():
+    """Overlapping reruns send every widget the browser still shows, those drawn for an earlier plan
+    too: their values (here a typed 256, i.e. full, and a pill's old label) must not edit the plan."""
+    import streamlit as st
+
+    from frontend import editor_panel as E
+    from frontend import history as H
+
+    hist = H.PlanHistory(base=[[None, None], [None, None]])
+    hist.push([[4, None], [None, None]])
+    st.session_state["typed.old"], st.session_state["cell.old"] = 256, "8"
+    E._on_typed(hist, "typed.old", 0, 0, 0, 256)
+    E._on_cell(hist, "cell.old", 0, 0, 1)
+    assert hist.current == [[4, None], [None, None]] and hist.version == 1
+    st.session_state["typed.new"] = 16
+    E._on_typed(hist, "typed.new", 1, 0, 0, 256)  # the widget drawn for this plan edits it
+    assert hist.current == [[16, None], [None, None]]
