@@ -63,6 +63,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.metrics_cache = LruCache(METRICS_CACHE_ITEMS)
     app.state.heavy = BoundedExecutor("heavy", settings.heavy_workers, settings.heavy_queue)
     app.state.reads = BoundedExecutor("read", settings.read_workers, settings.read_queue)
+    # cheap checks (has this run's data changed?), shared by concurrent pollers of one run and never
+    # queued behind the reads above
+    app.state.checks = BoundedExecutor("check", 2, 10_000)
     app.state.store_counts = health.StoreCounts(sessions)
     if settings.preload_models:
         app.state.registry.preload()
@@ -73,6 +76,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.jobs.shutdown()
         app.state.heavy.shutdown()
         app.state.reads.shutdown()
+        app.state.checks.shutdown()
         app.state.registry.close()
         engine.dispose()
 

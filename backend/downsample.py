@@ -58,7 +58,8 @@ def layout(first_step: int, last_step: int, max_points: int) -> Cut:
     buckets of the coarsest rollup level that still has that many in the range (so each rollup bucket
     falls in one bucket), or, for a range under 16 steps per bucket, step by step."""
     nb = n_buckets(max_points)
-    fitting = [level for level in range(rollups.LEVELS) if rollups.width(level) * nb <= last_step - first_step + 1]
+    span = last_step - first_step + 1
+    fitting = [level for level in range(rollups.LEVELS) if rollups.width(level) * nb <= span]
     level = fitting[-1] if fitting else None
     unit = 1 if level is None else rollups.width(level)
     cells = last_step // unit - first_step // unit + 1
@@ -121,7 +122,8 @@ def _reduced(conn: Connection, where: list[ColumnElement[bool]], run_id: int, ke
         # steps outside a zoomed range, so they are summarized from the range's own rows
         parts = rollups.read(conn, run_id, key, cut.level, r0 + 1, r1 - 1)
         for lo, hi in {(first, (r0 + 1) * w - 1), (r1 * w, last_row.step)}:
-            parts.update(rollups.summarize(_rows(conn, where, Metric.step.between(lo, hi)), lambda step: step // w))
+            edge = _rows(conn, where, Metric.step.between(lo, hi))
+            parts.update(rollups.summarize(edge, lambda step: step // w))
         buckets = rollups.regroup(parts, lambda b: cut.bucket(b * w))
     chosen = {row[0]: row for bucket in buckets.values() for row in bucket.rows()}
     chosen[last_row.step] = tuple(last_row)

@@ -128,9 +128,11 @@ def rebuild(conn: Connection, run_id: int, key: str, lo: int, hi: int) -> None:
     for level in range(LEVELS):
         w = width(level)
         if level:
-            buckets = regroup(read(conn, run_id, key, level - 1, lo // w * FACTOR, hi // w * FACTOR + FACTOR - 1), _parent)
+            children = read(conn, run_id, key, level - 1, lo // w * FACTOR, hi // w * FACTOR + FACTOR - 1)
+            buckets = regroup(children, _parent)
         rollup = MetricRollup.__table__.c
-        conn.execute(delete(MetricRollup).where(rollup.run_id == run_id, rollup.key == key, rollup.level == level,
+        conn.execute(delete(MetricRollup).where(rollup.run_id == run_id, rollup.key == key,
+                                                rollup.level == level,
                                                 rollup.bucket.between(lo // w, hi // w)))
         if buckets:
             conn.execute(insert(MetricRollup), [_row(run_id, key, level, b, s) for b, s in buckets.items()])
@@ -141,12 +143,14 @@ def read(conn: Connection, run_id: int, key: str, level: int, first_bucket: int,
     """The stored buckets ``first_bucket..last_bucket`` of one series at one level."""
     r = MetricRollup.__table__.c
     rows = conn.execute(select(r.bucket, *(r[c] for c in COLUMNS)).where(
-        r.run_id == run_id, r.key == key, r.level == level, r.bucket.between(first_bucket, last_bucket))).all()
+        r.run_id == run_id, r.key == key, r.level == level,
+        r.bucket.between(first_bucket, last_bucket))).all()
     return {b: Summary(*rest) for b, *rest in rows}
 
 
 def _row(run_id: int, key: str, level: int, bucket: int, s: Summary) -> dict:
-    return {"run_id": run_id, "key": key, "level": level, "bucket": bucket, **{c: getattr(s, c) for c in COLUMNS}}
+    return {"run_id": run_id, "key": key, "level": level, "bucket": bucket,
+            **{c: getattr(s, c) for c in COLUMNS}}
 
 
 def _merge_statement(conn: Connection):  # noqa: ANN202 - the dialect's INSERT ... ON CONFLICT DO UPDATE

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend import store
@@ -122,9 +121,11 @@ async def read_run_metrics(
     parsed = parse_keys(keys)
     sessions = request.app.state.sessions
     # Dashboards poll the same series from many tabs. A poll whose answer is cached costs one
-    # indexed read of the run's per-key row counts, in the thread pool (never on the event loop).
-    # A miss is read by the bounded read executor, once however many pollers ask for it at once.
-    version = await run_in_threadpool(_metrics_version, sessions, run_id)
+    # indexed read of the run's per-key row counts in a thread (never on the event loop), shared by
+    # the polls of the run that arrive while it runs; a miss is read by the bounded read executor,
+    # once however many pollers ask for it at once.
+    version = await request.app.state.checks.run(("version", run_id),
+                                                 lambda: _metrics_version(sessions, run_id))
     query = (run_id, None if parsed is None else tuple(parsed), min_step, max_step, max_points)
     hit = cache.get(query)
     if hit is not None and hit[0] == version:

@@ -160,6 +160,33 @@ def test_identical_metric_misses_share_one_read_and_pollers_do_not_block_health(
     assert sorted(answers[0].json()["downsampled"]) == ["lr", "train_loss"]
 
 
+def test_concurrent_polls_share_one_version_check_and_a_later_poll_sees_new_rows(live, monkeypatch):
+    """Pollers of one run that arrive while its "has it changed?" check runs share that check (one
+    thread hop, not one each); a poll after a write checks again, so it is never served stale data."""
+    from backend.routers import runs
+
+    url, app = live
+    run_id = app.state.long_run
+    params = {"keys": "lr", "max_points": 501}
+    httpx.get(url + API + f"/runs/{run_id}/metrics", params=params, timeout=GATE_TIMEOUT_S)  # cached now
+    gate = Gate(runs._metrics_version)
+    monkeypatch.setattr(runs, "_metrics_version", gate)
+    n = 10
+    joined_before = app.state.checks.joined
+    with ThreadPoolExecutor(n) as pool:
+        futures = [pool.submit(httpx.get, url + API + f"/runs/{run_id}/metrics", params=params,
+                               timeout=GATE_TIMEOUT_S) for _ in range(n)]
+        wait_until(lambda: app.state.checks.joined - joined_before == n - 1, "polls joining the first check")
+        gate.open.set()
+        answers = [f.result() for f in futures]
+    assert gate.calls == 1 and {r.json()["series"]["lr"]["step"][-1] for r in answers} == {10_000}
+    with transaction(app.state.sessions) as s:
+        store.log_metrics(s, run_id, [("lr", 10_001, 0.5, 1.7e9)])
+    after = httpx.get(url + API + f"/runs/{run_id}/metrics", params=params, timeout=GATE_TIMEOUT_S).json()
+    assert gate.calls == 2
+    assert (after["series"]["lr"]["step"][-1], after["series"]["lr"]["value"][-1]) == (10_001, 0.5)
+
+
 def _example_path(path: str, run_id: int) -> str:
     return (path.replace("{model_id}", "demo").replace("{run_id}", str(run_id)).replace("{view_id}", "1")
             .replace("{text_id}", "text-0"))

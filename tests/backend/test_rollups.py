@@ -60,7 +60,8 @@ def test_rollups_match_the_stored_rows_after_any_batches(module_sessions, batche
         batches.append([(key, step, -1e9) for key, step, _ in batches[0]])
     for n, batch in enumerate(batches):  # timestamps tell the batches apart
         with transaction(module_sessions) as s:
-            store.log_metrics(s, run_id, [(key, step, value, n + i / 100) for i, (key, step, value) in enumerate(batch)])
+            rows = [(key, step, value, n + i / 100) for i, (key, step, value) in enumerate(batch)]
+            store.log_metrics(s, run_id, rows)
     with transaction(module_sessions) as s:
         assert stored_rollups(s, run_id) == expected_rollups(stored_rows(s, run_id))
 
