@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from operator import itemgetter
 
-from sqlalchemy import Connection, and_, case, delete, insert, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, delete, insert, select
 
 from backend.models import Metric, MetricRollup
 
@@ -115,9 +114,21 @@ def add(conn: Connection, run_id: int, points: dict[str, list[tuple[int, float |
         for level in range(LEVELS):
             if level:
                 buckets = regroup(buckets, _parent)
-            rows.extend(_row(run_id, key, level, b, s) for b, s in buckets.items())
-    if rows:
-        conn.execute(_merge_statement(conn), rows)
+            rows.extend((key, level, b, *(getattr(s, c) for c in COLUMNS)) for b, s in buckets.items())
+    if not rows:
+        return
+    # Raw SQL, as store.log_metrics: SQLAlchemy's per-row parameter handling (and psycopg's statement
+    # per row of an executemany) cost more than the upsert itself
+    insert = f"INSERT INTO metric_rollups (run_id, key, level, bucket, {', '.join(COLUMNS)}) "
+    if conn.dialect.name == "postgresql":  # the run id and twelve arrays, sent in binary
+        types = ("text", "int", "bigint", "bigint", "float8", "bigint", "float8", "float8", "bigint", "float8",
+                 "float8")
+        arrays = ", ".join(f"%b::{t}[]" for t in types)
+        conn.exec_driver_sql(f"{insert} SELECT %b::bigint, * FROM unnest({arrays}) {_MERGE}",
+                             (run_id, *map(list, zip(*rows))))
+    else:
+        conn.exec_driver_sql(f"{insert} VALUES ({', '.join(['?'] * (len(COLUMNS) + 4))}) {_MERGE}",
+                             [(run_id, *row) for row in rows])
 
 
 def rebuild(conn: Connection, run_id: int, key: str, lo: int, hi: int) -> None:
@@ -153,17 +164,17 @@ def _row(run_id: int, key: str, level: int, bucket: int, s: Summary) -> dict:
             **{c: getattr(s, c) for c in COLUMNS}}
 
 
-def _merge_statement(conn: Connection):  # noqa: ANN202 - the dialect's INSERT ... ON CONFLICT DO UPDATE
-    """Insert buckets, or merge them into the stored ones (SQL evaluates every SET on the old row)."""
-    stmt = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert(MetricRollup)
-    old, new = MetricRollup.__table__.c, stmt.excluded
-    lower = or_(old.lo_value.is_(None), new.lo_value < old.lo_value,
-                and_(new.lo_value == old.lo_value, new.lo_step < old.lo_step))
-    higher = or_(old.hi_value.is_(None), new.hi_value > old.hi_value,
-                 and_(new.hi_value == old.hi_value, new.hi_step < old.hi_step))
-    first = new.first_step < old.first_step
-    return stmt.on_conflict_do_update(
-        index_elements=["run_id", "key", "level", "bucket"],
-        set_={**{c: case((first, new[c]), else_=old[c]) for c in ("first_step", "first_ts")},
-              **{c: case((lower, new[c]), else_=old[c]) for c in ("lo_step", "lo_value", "lo_ts")},
-              **{c: case((higher, new[c]), else_=old[c]) for c in ("hi_step", "hi_value", "hi_ts")}})
+def _case(condition: str, columns: tuple[str, ...]) -> list[str]:
+    return [f"{c} = CASE WHEN {condition} THEN excluded.{c} ELSE metric_rollups.{c} END" for c in columns]
+
+
+# Merge a bucket into the stored one (SQL evaluates every SET on the old row): the earlier first row,
+# the lower minimum and the higher maximum (on a tie, the smaller step; NULL = none finite yet).
+_MERGE = "ON CONFLICT (run_id, key, level, bucket) DO UPDATE SET " + ", ".join([
+    *_case("excluded.first_step < metric_rollups.first_step", ("first_step", "first_ts")),
+    *_case("metric_rollups.lo_value IS NULL OR excluded.lo_value < metric_rollups.lo_value OR "
+           "(excluded.lo_value = metric_rollups.lo_value AND excluded.lo_step < metric_rollups.lo_step)",
+           ("lo_step", "lo_value", "lo_ts")),
+    *_case("metric_rollups.hi_value IS NULL OR excluded.hi_value > metric_rollups.hi_value OR "
+           "(excluded.hi_value = metric_rollups.hi_value AND excluded.hi_step < metric_rollups.hi_step)",
+           ("hi_step", "hi_value", "hi_ts"))])
