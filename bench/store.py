@@ -10,7 +10,10 @@
     every request is computed in the database (no response-cache hit);
   while both run, ``/health`` is probed every 100 ms (it must stay fast).
 
-    python -m bench.store [--steps 1000000] [--db sqlite postgresql]
+    python -m bench.store [--steps 1000000] [--db sqlite postgresql] [--body series|metrics] [--writes-only]
+
+Batches are sent in the columnar ``series`` form the client sends (``--body metrics``: one object per
+point, the older form); ``--writes-only`` skips the reads (results in store-writes-<machine>.json).
 
 PostgreSQL is a throwaway server started like the tests' (tests/postgres.py: Debian's package, a unix
 socket, fsync and synchronous_commit off, so its write figure is an upper bound for a durable server);
@@ -51,17 +54,24 @@ def _new_run(client: httpx.Client) -> int:
     return r.json()["run"]["id"]
 
 
-def _batch(steps: range, rng: random.Random) -> bytes:
-    return json.dumps({"metrics": [{"key": k, "step": s, "value": rng.gauss(2.0, 0.5), "time": 1.7e9 + s / 10}
-                                   for s in steps for k in KEYS], "step": steps[-1]}, separators=(",", ":")).encode()
+def _batch(steps: range, rng: random.Random, form: str) -> bytes:
+    """One batch in the body form the client sends (``series``: columns per key) or in the row form."""
+    values = {k: [rng.gauss(2.0, 0.5) for _ in steps] for k in KEYS}
+    if form == "series":
+        body = {"series": {k: {"step": list(steps), "value": values[k], "time": [1.7e9 + s / 10 for s in steps]}
+                           for k in KEYS}}
+    else:
+        body = {"metrics": [{"key": k, "step": s, "value": values[k][i], "time": 1.7e9 + s / 10}
+                            for i, s in enumerate(steps) for k in KEYS]}
+    return json.dumps({**body, "step": steps[-1]}, separators=(",", ":")).encode()
 
 
-def bench_writes(client: httpx.Client, run_id: int, n_steps: int) -> dict:
+def bench_writes(client: httpx.Client, run_id: int, n_steps: int, form: str) -> dict:
     rng = random.Random(0)
     post_s, body_bytes, written = [], 0, 0
     t0 = time.perf_counter()
     for start in range(0, n_steps, BATCH_STEPS):
-        body = _batch(range(start, min(start + BATCH_STEPS, n_steps)), rng)
+        body = _batch(range(start, min(start + BATCH_STEPS, n_steps)), rng, form)
         body_bytes = max(body_bytes, len(body))
         t = time.perf_counter()
         r = client.post(f"{API}/tracking/runs/{run_id}/log", content=body, headers={"content-type": "application/json"})
@@ -71,7 +81,7 @@ def bench_writes(client: httpx.Client, run_id: int, n_steps: int) -> dict:
     wall = time.perf_counter() - t0
     points = n_steps * len(KEYS)
     assert written == points, (written, points)
-    return {"endpoint": "POST /tracking/runs/{id}/log", "points": points, "batches": len(post_s),
+    return {"endpoint": "POST /tracking/runs/{id}/log", "body": form, "points": points, "batches": len(post_s),
             "points_per_batch": BATCH_STEPS * len(KEYS), "largest_body_bytes": body_bytes,
             "points_per_s": points / sum(post_s), "points_per_s_with_client_encoding": points / wall,
             "batch_ms": percentiles([x * 1000 for x in post_s])}
@@ -137,7 +147,7 @@ def bench_reads(base: str, client: httpx.Client, run_id: int, n_steps: int, per_
             "zoom": asyncio.run(_clients(base, run_id, zoom, max(1, per_client // 10)))}
 
 
-def bench_database(kind: str, n_steps: int, per_client: int) -> dict:
+def bench_database(kind: str, n_steps: int, per_client: int, form: str, writes_only: bool) -> dict:
     server = None
     with tempfile.TemporaryDirectory(prefix="aah-bench-store-") as tmp:
         data = Path(tmp) / "data"
@@ -158,11 +168,12 @@ def bench_database(kind: str, n_steps: int, per_client: int) -> dict:
             with httpx.Client(base_url=base, timeout=300) as client:
                 run_id = _new_run(client)
                 load_before = os.getloadavg()[0]
-                writes = bench_writes(client, run_id, n_steps)
-                print(f"{kind}: {writes['points_per_s']:,.0f} points/s written", flush=True)
-                reads = bench_reads(base, client, run_id, n_steps, per_client)
-            return {"writes": writes, "reads": reads, "load_average_1m_before": load_before,
-                    "load_average_1m_at_end": os.getloadavg()[0]}
+                writes = bench_writes(client, run_id, n_steps, form)
+                print(f"{kind}: {writes['points_per_s']:,.0f} points/s written ({form} bodies, load average "
+                      f"{load_before:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
+                reads = None if writes_only else bench_reads(base, client, run_id, n_steps, per_client)
+            return {"writes": writes, "load_average_1m_before": load_before,
+                    "load_average_1m_at_end": os.getloadavg()[0], **({} if reads is None else {"reads": reads})}
         except httpx.TimeoutException as exc:  # say how far it got; the other database still runs
             return {"failed": f"{type(exc).__name__}: a request took longer than the client's 300 s",
                     "writes": writes, "load_average_1m_at_end": os.getloadavg()[0]}
@@ -178,12 +189,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=1_000_000, help="steps of the run (x 6 keys)")
     parser.add_argument("--db", nargs="+", choices=("sqlite", "postgresql"), default=["sqlite", "postgresql"])
     parser.add_argument("--per-client", type=int, default=20, help="poll requests per client (zoom: a tenth)")
+    parser.add_argument("--body", choices=("series", "metrics"), default="series",
+                        help="batch body form: columns per key (what aah_tracking sends) or one object per point")
+    parser.add_argument("--writes-only", action="store_true", help="measure the writes only, no reads")
     args = parser.parse_args(argv)
     result = {"steps": args.steps, "keys": list(KEYS), "max_points": MAX_POINTS,
               "targets": {"read_p99_ms_sqlite": 200, "write_points_per_s": 50_000}}
+    name = "store-writes" if args.writes_only else "store"
     for kind in args.db:
-        result[kind] = bench_database(kind, args.steps, args.per_client)
-        path = write_result("store", result)  # after each database: a later failure keeps what was measured
+        result[kind] = bench_database(kind, args.steps, args.per_client, args.body, args.writes_only)
+        path = write_result(name, result)  # after each database: a later failure keeps what was measured
         r = result[kind]
         if "reads" in r:
             print(f"{kind}: cold read {r['reads']['cold_first_read_all_keys_ms']:.0f} ms; "

@@ -149,6 +149,22 @@ def test_nonfinite_values_round_trip_as_null(sessions):
         assert store.latest_values(s, [run_id])[run_id] == {"x": 1.5}
 
 
+
+def test_any_key_and_number_arrive_exactly(sessions):
+    """Keys with quotes, backslashes, commas, braces, spaces or "NULL", and extreme numbers, stored as sent."""
+    keys = ['a"b', "c\\d", "e,f", "{g}", "h i", "NULL", "null", "é/ü:ß", "'", "\\\"", " x "]
+    values = [0.1 + 0.2, 1e-300, -1.7976931348623157e308, 5e-324, -0.0, 123456789.123456789, 2.0**-1074]
+    rows = [(k, step, values[(i + step) % len(values)], 1.7e9 + step / 3)
+            for i, k in enumerate(keys) for step in (0, 1, 2**62)]
+    with transaction(sessions) as s:
+        run_id = store.create_run(s, name="r", experiment="e")
+        assert store.log_metrics(s, run_id, rows) == len(rows)
+    with transaction(sessions) as s:
+        stored = s.execute(select(Metric.key, Metric.step, Metric.value, Metric.timestamp)
+                           .where(Metric.run_id == run_id)).all()
+        assert sorted(map(tuple, stored)) == sorted(rows)
+        assert store.metric_keys(s, run_id) == sorted(keys)
+
 def test_latest_value_follows_the_highest_step(sessions):
     with transaction(sessions) as s:
         run_id = store.create_run(s, name="r", experiment="e")
