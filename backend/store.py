@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import case, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from aah_core.windows import JsonPlan, plan_to_json
@@ -237,6 +238,7 @@ def log_params(s: Session, run_id: int, params: dict[str, str]) -> None:
 
 
 _METRIC_COLUMNS = ("run_id", "key", "step", "value", "special", "timestamp")
+UNIQUE_VIOLATION = "23505"  # PostgreSQL's SQLSTATE
 
 
 def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
@@ -267,12 +269,8 @@ def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
             newest[rec[1]] = rec
     conn = s.connection()
     insert = f"INSERT INTO metrics ({', '.join(_METRIC_COLUMNS)}) "
-    if conn.dialect.name == "postgresql":  # one statement: the run id and five arrays, sent in binary
-        arrays = ", ".join(f"%b::{t}[]" for t in ("text", "bigint", "float8", "text", "float8"))
-        columns = list(zip(*records.values()))[1:]
-        written = conn.exec_driver_sql(f"{insert} SELECT %b::bigint, * FROM unnest({arrays}) "
-                                       "ON CONFLICT (run_id, key, step) DO NOTHING",
-                                       (run_id, *map(list, columns))).rowcount
+    if conn.dialect.name == "postgresql":
+        written = _pg_insert_metrics(s, insert, run_id, records.values())
     else:  # SQLite runs executemany as one prepared statement stepped per row, in C
         written = conn.exec_driver_sql(f"{insert} VALUES ({', '.join(['?'] * len(_METRIC_COLUMNS))}) "
                                        "ON CONFLICT (run_id, key, step) DO NOTHING", list(records.values())).rowcount
@@ -295,6 +293,26 @@ def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
             rollups.rebuild(conn, run_id, key, min(p[0] for p in key_points), max(p[0] for p in key_points))
         written = max(written, 0)
     return written
+
+
+def _pg_insert_metrics(s: Session, insert: str, run_id: int, records: Iterable[tuple]) -> int:
+    """One INSERT of the run id and five arrays, sent in binary; returns rows written.
+
+    A plain INSERT first, in a savepoint: PostgreSQL's ON CONFLICT checks every row before inserting it
+    (a third of the insert once the rows' other costs are down). When a step is stored already (a
+    retried batch), it fails and the same rows go again with ON CONFLICT DO NOTHING.
+    """
+    arrays = ", ".join(f"%b::{t}[]" for t in ("text", "bigint", "float8", "text", "float8"))
+    statement = f"{insert} SELECT %b::bigint, * FROM unnest({arrays})"
+    params = (run_id, *map(list, list(zip(*records))[1:]))
+    try:
+        with s.begin_nested():
+            return s.connection().exec_driver_sql(statement, params).rowcount
+    except IntegrityError as exc:
+        if getattr(exc.orig, "sqlstate", None) != UNIQUE_VIOLATION:
+            raise
+    return s.connection().exec_driver_sql(f"{statement} ON CONFLICT (run_id, key, step) DO NOTHING",
+                                          params).rowcount
 
 
 def _recount(s: Session, run_id: int, keys: list[str]) -> None:

@@ -219,3 +219,36 @@ def test_one_writer_and_eight_readers_lose_nothing(sessions, tmp_path):
     with transaction(sessions) as s:
         assert s.scalar(select(func.count()).select_from(Metric).where(Metric.run_id == run_id)) == n_steps * 3
         assert store.get_run(s, run_id).summary == {k: n_steps * 0.5 for k in sorted(keys)}
+
+
+def test_writers_of_overlapping_batches_at_once_store_each_step_once(sessions):
+    """Four writers (a client retrying while its first try still runs) send overlapping batches together."""
+    with transaction(sessions) as s:
+        run_id = store.create_run(s, name="retries", experiment="e")
+    batches = [[(k, step, float(w), 1.0) for k in ("a", "b") for step in range(w * 50, w * 50 + 200)]
+               for w in range(4)]
+    start = threading.Barrier(len(batches))
+    written: list[int] = []
+    errors: list[BaseException] = []
+
+    def writer(rows: list) -> None:
+        try:
+            start.wait()
+            with transaction(sessions) as s:
+                written.append(store.log_metrics(s, run_id, rows))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(rows,)) for rows in batches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    n_steps = 3 * 50 + 200  # steps 0..349, for each key
+    assert sum(written) == 2 * n_steps
+    with transaction(sessions) as s:
+        assert store.metrics_version(s, run_id) == (2 * n_steps, 2)
+        steps = store.read_metrics(s, run_id)["a"].step
+        assert steps == list(range(n_steps))
+        assert store.latest_values(s, [run_id])[run_id] == {"a": 3.0, "b": 3.0}
