@@ -109,6 +109,10 @@ class _MetricValue:
 
 
 class Metric(_MetricValue, Base):
+    """One point of a series. No foreign key on ``run_id``: PostgreSQL checks one per row (a third of a
+    batch insert's time), while every batch is for one run, which store.log_metrics checks and locks
+    once; store.delete_runs removes a run's points and rollups with it."""
+
     __tablename__ = "metrics"
     __table_args__ = (
         CheckConstraint("special IS NULL OR (value IS NULL AND special IN ('nan', 'inf', '-inf'))",
@@ -117,7 +121,7 @@ class Metric(_MetricValue, Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    run_id: Mapped[int] = mapped_column(Integer)
     key: Mapped[str] = mapped_column(String(250))
 
 
@@ -132,12 +136,13 @@ class LatestMetric(_MetricValue, Base):
 
 
 class MetricRollup(Base):
-    """One step bucket of a metric series at one level: first row and the rows of its finite minimum and maximum
-    (backend/rollups.py keeps them; downsampled reads of long ranges read these rows)."""
+    """One step bucket of a metric series at one level: its first row and the rows of its finite minimum
+    and maximum (backend/rollups.py keeps them; downsampled reads of long ranges read these rows).
+    Written with the metric rows, so, like them, without a foreign key (see Metric)."""
 
     __tablename__ = "metric_rollups"
 
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     key: Mapped[str] = mapped_column(String(250), primary_key=True)
     level: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True)

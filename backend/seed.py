@@ -12,7 +12,6 @@ import shutil
 import uuid
 from pathlib import Path
 
-from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
 from aah_core.checkpoint import FILES as CHECKPOINT_FILES
@@ -20,7 +19,7 @@ from aah_core.checkpoint import read_checkpoint_info
 from aah_core.errors import CheckpointError
 from aah_core.windows import plan_to_json
 from backend import catalog, store
-from backend.models import Checkpoint, Run
+from backend.models import Checkpoint
 from backend.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -105,7 +104,7 @@ def seed_demo(s: Session, settings: Settings) -> bool:
         logger.error("demo checkpoint not registered: %s", exc)
         return False
     if existing is not None and existing.run_id is not None:
-        s.execute(delete(Run).where(Run.id == existing.run_id))
+        store.delete_runs(s, [existing.run_id])
     relative = _place_inside(src, settings.data_dir)
     config, meta, seq_len = info.config.to_dict(), info.meta, info.config.model.seq_len
     history = read_history(src / HISTORY)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import case, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -22,7 +22,17 @@ from sqlalchemy.orm import Session
 from aah_core.windows import JsonPlan, plan_to_json
 from backend import rollups
 from backend.errors import Conflict, NotFound
-from backend.models import ACTIVE_STATUSES, Experiment, LatestMetric, Metric, Param, Run, RunTag, WindowAssignment
+from backend.models import (
+    ACTIVE_STATUSES,
+    Experiment,
+    LatestMetric,
+    Metric,
+    MetricRollup,
+    Param,
+    Run,
+    RunTag,
+    WindowAssignment,
+)
 from backend.schemas import MetricSeries, Progress, RunPublic
 
 MetricRow = tuple[str, int, float, float]  # key, step, value, timestamp (epoch seconds)
@@ -205,6 +215,13 @@ class ActiveRun:
     created_at: int
 
 
+def delete_runs(s: Session, run_ids: Sequence[int]) -> None:
+    """Runs and everything of theirs: metric rows and rollups here (they have no foreign key), the
+    rest by the foreign keys' cascade."""
+    for table in (Metric, MetricRollup, Run):
+        s.execute(delete(table).where((table.id if table is Run else table.run_id).in_(list(run_ids))))
+
+
 def active_job_runs(s: Session) -> list[ActiveRun]:
     """SCHEDULED/RUNNING runs of this service's training jobs (tracked runs have no worker here)."""
     rows = s.execute(select(Run.id, Run.status, Run.pid, Run.created_at)
@@ -253,6 +270,9 @@ def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
     binary (in text, psycopg quotes every element in Python: tens of ms a 9,000-point batch). A late row
     with an older step counts, but does not replace the latest value.
     """
+    # the run must exist and stay while the batch is written (metric rows have no foreign key: see Metric)
+    if s.scalar(select(Run.id).where(Run.id == run_id).with_for_update(read=True, key_share=True)) is None:
+        raise NotFound(f"run {run_id} not found")
     records: dict[tuple[str, int], tuple] = {}
     for key, step, value, timestamp in rows:
         value = float(value)

@@ -13,7 +13,7 @@ import hashlib
 import logging
 from pathlib import Path
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from aah_core.config import RunConfig
@@ -62,7 +62,7 @@ def seed_suite(s: Session, settings: Settings) -> bool:
     try:
         with s.begin_nested():  # all of it or nothing: a bad file never leaves half an experiment
             if existing:
-                s.execute(delete(Run).where(Run.id.in_([run_id for run_id, _ in existing])))
+                store.delete_runs(s, [run_id for run_id, _ in existing])
             # the last imported is listed first (GET /runs is newest first): import in reverse row order,
             # so the Runs page reads baseline seed 0, seed 1, ..., then the next row
             ordered = sorted(runs, key=lambda r: (ROWS.index(r.row) if r.row in ROWS else len(ROWS), r.row, r.seed))
