@@ -38,22 +38,28 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
 
 @st.fragment
 def panel() -> None:
-    """Everything an edit touches; an edit reruns only this fragment, not the page."""
+    """Everything an edit touches; an edit reruns only this fragment, not the page. The plan is
+    evaluated and its loss sent first, into its place below the edit widgets, so the browser draws
+    the new loss before it redraws the widgets and charts (bench/ui.py: click -> new loss)."""
     hist = E.history(model, own, url_plan)
-    history_slot = st.container()  # filled after the edit widgets, so it shows this run's edit
-    with st.expander("Bulk edits and presets", expanded=False):
-        E.preset_editor(model, own, hist, st.session_state[C.key(PAGE, "metric")])
-        E.bulk_editor(model, hist)
-    E.cell_editor(model, hist)
+    history_slot = st.container()  # filled after the edits, so it shows this run's edit
+    bulk = C.lazy_expander("Bulk edits and presets", "editor._bulk_open")
+    cell_slot, metrics_slot = st.container(), st.container()
+    if bulk.open:  # its Apply button edits the plan in this run: before the evaluation
+        with bulk:
+            E.preset_editor(model, own, hist, st.session_state[C.key(PAGE, "metric")])
+            E.bulk_editor(model, hist)
+    result = None
+    with metrics_slot, api.guard("evaluating the plan"), st.spinner("Evaluating the plan..."):
+        result = views.evaluate(model_id, hist.current, st.session_state[C.key(PAGE, "eval")])
+        C.metric_badges(result)
+    with cell_slot:
+        E.cell_editor(model, hist)
     with history_slot:
         E.history_buttons(hist)
     st.session_state[C.key(PAGE, "plan")] = "" if hist.current == own else P.encode_plan(hist.current)
     live = C.current_state(PAGE)
     C.publish(PAGE, live)
-    result = None
-    with api.guard("evaluating the plan"), st.spinner("Evaluating the plan..."):
-        result = views.evaluate(model_id, hist.current, live["eval"])
-        C.metric_badges(result)
     left, right = st.columns([3, 2])
     with left:  # a new session: the loss above is drawn first, the charts once the browser has shown it
         charts = C.first_paint_done(PAGE)
