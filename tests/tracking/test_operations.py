@@ -20,7 +20,8 @@ def test_metric_values_as_the_api_takes_them():
 def test_batches_are_chunked_and_plans_ride_on_the_last():
     points = [{"key": "k", "step": s, "value": 1.0, "time": 0.0} for s in range(2 * MAX_POINTS + 1)]
     ops = log_ops("key", points, [{"step": 3, "windows": [[1]]}], step=7)
-    assert [len(op["body"]["metrics"]) for op in ops] == [MAX_POINTS, MAX_POINTS, 1]
+    assert [len(op["body"]["series"]["k"]["step"]) for op in ops] == [MAX_POINTS, MAX_POINTS, 1]
+    assert [s for op in ops for s in op["body"]["series"]["k"]["step"]] == list(range(2 * MAX_POINTS + 1))
     assert [op["body"]["plans"] for op in ops] == [[], [], [{"step": 3, "windows": [[1]]}]]
     assert {op["body"]["step"] for op in ops} == {7}
     assert len(log_ops("key", [], [], None)) == 1  # progress alone still goes
@@ -49,10 +50,8 @@ def test_a_folder_has_one_key_for_its_content(tmp_path, tiny_demo):
     again, _ = folder_ops(run)
     assert ops == again and ops[0]["run_key"].startswith("import-")
     assert [op["op"] for op in ops] == ["create", "log", "checkpoint", "status"]
-    assert ops[1]["body"]["metrics"] == [
-        {"key": "train_loss", "step": 1, "value": 3.0, "time": 1.0}, {"key": "val_loss", "step": 1, "value": "nan",
-                                                                      "time": 1.0},
-        {"key": "train_loss", "step": 2, "value": 2.5, "time": 2.0}]
+    assert ops[1]["body"]["series"] == {"train_loss": {"step": [1, 2], "value": [3.0, 2.5], "time": [1.0, 2.0]},
+                                        "val_loss": {"step": [1], "value": ["nan"], "time": [1.0]}}
     assert summary.startswith("3 metric points, 0 plans")
     (tmp_path / "run.metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")  # other content: another run
     assert folder_ops(run)[0][0]["run_key"] != ops[0]["run_key"]
