@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -273,20 +273,25 @@ def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
     # the run must exist and stay while the batch is written (metric rows have no foreign key: see Metric)
     if s.scalar(select(Run.id).where(Run.id == run_id).with_for_update(read=True, key_share=True)) is None:
         raise NotFound(f"run {run_id} not found")
-    records: dict[tuple[str, int], tuple] = {}
-    for key, step, value, timestamp in rows:
-        value = float(value)
-        rec = (run_id, key, int(step), *((value, None) if math.isfinite(value) else split_value(value)),
-               float(timestamp))
-        records.setdefault((key, rec[2]), rec)
+    records: dict[tuple[str, int], tuple] = {}  # (key, step) -> the row as inserted; the first one stays
+    newest: dict[str, tuple] = {}  # key -> its record of the highest step
+    points: dict[str, list[tuple[int, float | None, float]]] = defaultdict(list)  # for the rollups
+    isfinite = math.isfinite
+    for key, step, value, timestamp in rows:  # one pass (three cost 2-3 ms more a 9,000-point batch)
+        step = int(step)
+        if (key, step) in records:
+            continue
+        value, timestamp = float(value), float(timestamp)
+        rec = ((run_id, key, step, value, None, timestamp) if isfinite(value)
+               else (run_id, key, step, *split_value(value), timestamp))
+        records[key, step] = rec
+        points[key].append((step, rec[3], timestamp))
+        top = newest.get(key)
+        if top is None or step > top[2]:
+            newest[key] = rec
     if not records:
         return 0
-    newest: dict[str, tuple] = {}
-    counts: Counter[str] = Counter()
-    for rec in records.values():
-        counts[rec[1]] += 1
-        if rec[1] not in newest or rec[2] > newest[rec[1]][2]:
-            newest[rec[1]] = rec
+    counts = {key: len(key_points) for key, key_points in points.items()}
     conn = s.connection()
     insert = f"INSERT INTO metrics ({', '.join(_METRIC_COLUMNS)}) "
     if conn.dialect.name == "postgresql":
@@ -302,9 +307,6 @@ def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
               **{c: case((newer, stmt.excluded[c]), else_=LatestMetric.__table__.c[c])
                  for c in ("step", "value", "special", "timestamp")}},
     ), [{**dict(zip(_METRIC_COLUMNS, rec)), "n_rows": counts[key]} for key, rec in newest.items()])
-    points: dict[str, list[tuple[int, float | None, float]]] = defaultdict(list)
-    for rec in records.values():
-        points[rec[1]].append((rec[2], rec[3], rec[5]))
     if written == len(records):
         rollups.add(conn, run_id, points)
     else:  # some steps were there already (or the driver could not say): recount, redo their buckets
