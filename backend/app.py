@@ -4,6 +4,7 @@ job manager. ``python -m uvicorn backend.app:app`` serves the module-level ``app
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -69,6 +70,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.store_counts = health.StoreCounts(sessions)
     if settings.preload_models:
         app.state.registry.preload()
+    # What start-up made (torch, the models, the ORM) lives as long as the service: frozen, a full
+    # collection no longer walks it (gen-2 pauses of 300-880 ms while 50 clients polled, 5-13 ms frozen)
+    gc.freeze()
     logger.info("AAH Studio API %s ready (data dir %s)", __version__, settings.data_dir)
     try:
         yield
@@ -77,6 +81,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.heavy.shutdown()
         app.state.reads.shutdown()
         app.state.checks.shutdown()
+        gc.unfreeze()
         app.state.registry.close()
         engine.dispose()
 
