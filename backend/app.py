@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -32,6 +32,28 @@ from backend.suite_seed import seed_suite
 logger = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
 METRICS_CACHE_ITEMS = 256  # serialised metric responses kept (a few MB at most for demo-sized runs)
+# The garbage collector while serving: a first-generation pass every 50,000 new container objects
+# instead of 700 (a 9,000-point metric batch makes ~40,000, which ran ~60 passes and promoted them all).
+GC_THRESHOLDS = (50_000, 20, 10)
+
+
+@contextmanager
+def serving_gc() -> Iterator[None]:
+    """Garbage collection tuned for serving, put back as it was on exit.
+
+    What startup loaded (torch, the models, the app: ~400 k objects) is frozen out of the collector's
+    full passes: each one walked all of it, 0.3-0.6 s with every request stopped (a metric batch's p99).
+    Unfrozen on exit, so whatever of it has become garbage is collected then. With GC_THRESHOLDS, the
+    collector's time over 30 metric batches on PostgreSQL went from 0.82 s (one full pass) to 0.01 s.
+    """
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
 
 
 @asynccontextmanager
@@ -75,7 +97,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     gc.freeze()
     logger.info("AAH Studio API %s ready (data dir %s)", __version__, settings.data_dir)
     try:
-        yield
+        with serving_gc():
+            yield
     finally:
         app.state.jobs.shutdown()
         app.state.heavy.shutdown()
