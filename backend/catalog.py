@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 
 from backend.errors import InvalidInput, NotFound
 from backend.models import Checkpoint, View
-from backend.schemas import ViewCreate, ViewPublic
 from backend.store import iso, now_ms
+from backend.view_schemas import ViewCreate, ViewPublic
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from backend import rollups
 from backend.models import LatestMetric, Metric
-from backend.schemas import MetricSeries
+from backend.run_schemas import MetricSeries
 from backend.store import run_exists
 
 MIN_POINTS = 3  # one bucket's minimum and maximum, and the last point

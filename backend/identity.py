@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from backend import store
 from backend.errors import Conflict, NotFound
 from backend.models import Run, RunTag
-from backend.schemas import RunPublic, RunUpdate
+from backend.run_schemas import RunPublic, RunUpdate
 
 
 def set_tags(s: Session, run_id: int, tags: Sequence[str]) -> None:

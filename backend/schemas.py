@@ -1,4 +1,7 @@
-"""Request and response models (pydantic v2): the HTTP contract of docs/api.md in code.
+"""Request and response models (pydantic v2): the HTTP contract of docs/api.md in code. This module
+holds the shared bases and types and the model endpoints' schemas (health, models, presets, live
+evaluation, attention, cost, generation); runs are in run_schemas.py, saved views in view_schemas.py,
+tracking in tracking_schemas.py.
 
 Requests forbid unknown fields so a typo ("window" for "windows") is a 422, not a silent
 default. Non-finite floats serialise as null (``ser_json_inf_nan``), never as a 500.
@@ -6,10 +9,9 @@ default. Non-finite floats serialise as null (``ser_json_inf_nan``), never as a 
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 Window = Annotated[StrictInt, Field(ge=1, description="keys seen by the head (>= 1); null = full")]
 Plan = Annotated[
@@ -24,10 +26,6 @@ EvalSet = Literal["mixed", "text", "english", "copy"]
 # Ids and steps are SQLite integers (64-bit signed): anything larger is a 422, not an overflow.
 DbId = Annotated[int, Field(ge=1, le=2**62)]
 DbStep = Annotated[int, Field(ge=0, le=2**62)]
-RunStatus = Literal["SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"]
-RunSource = Literal["job", "tracked", "imported", "suite", "paper"]
-MAX_VIEW_STATE_BYTES = 64 * 1024
-MAX_VIEW_STATE_DEPTH = 64  # nesting of a saved view's state (the dashboard's is 3 deep)
 
 
 class Response(BaseModel):
@@ -270,206 +268,3 @@ class GenerateResponse(Response):
     kv_bytes_full: int = Field(description="the full plan's KV bytes at the final context")
     elapsed_ms: float
 
-
-# ---- runs --------------------------------------------------------------------------------
-
-class Progress(Response):
-    step: int
-    total_steps: int
-
-
-class RunPublic(Response):
-    id: int
-    name: str
-    experiment: str
-    status: RunStatus
-    preset: str | None
-    params: dict[str, str]
-    summary: dict[str, float | None]
-    created_at: str
-    started_at: str | None
-    ended_at: str | None
-    progress: Progress | None
-    error: str | None
-    read_only: bool
-    checkpoint: str | None
-    data_hash: str | None
-    git_rev: str | None
-    source: RunSource = "job"
-    group: str | None = None
-    seed: int | None = None
-    description: str | None = None
-    notes: str | None = None
-    tags: list[str] = Field(default_factory=list)
-
-
-class MetricSeries(Response):
-    step: list[int]
-    value: list[float | None]
-    timestamp: list[float]
-
-
-class MetricsResponse(Response):
-    run_id: int
-    series: dict[str, MetricSeries]
-    downsampled: list[str] = Field(default_factory=list, description="keys reduced to max_points (bucket "
-                                   "minima and maxima and the last point); the others are complete")
-
-
-class RunWindowsResponse(Response):
-    run_id: int
-    steps: list[int]
-    step: int
-    seq_len: int
-    windows: list[list[int | None]]
-
-
-_OverrideInt = Annotated[StrictInt, Field(ge=-(2**62), le=2**62)]
-OverrideValue = _OverrideInt | float | bool | Annotated[str, Field(max_length=1000)] | None | list[_OverrideInt | None]
-
-
-class RunCreate(Request):
-    preset: str = Field(min_length=1, max_length=100)
-    overrides: dict[Annotated[str, Field(max_length=100)], OverrideValue] = Field(default_factory=dict,
-                                                                                 max_length=100)
-    name: str | None = Field(None, max_length=200)
-    experiment: str | None = Field(None, max_length=200)
-
-
-def _check_tag(tag: str) -> str:
-    tag = tag.strip()
-    if not tag or len(tag) > 64 or "," in tag or not tag.isprintable():
-        raise ValueError(f"tag {tag[:70]!r}: 1-64 printable characters, no comma")
-    return tag
-
-
-Tag = Annotated[str, Field(max_length=200)]
-
-
-class RunUpdate(Request):
-    """PATCH /runs/{id}: the editable identity of a run; omitted fields stay as they are."""
-
-    name: str | None = Field(None, min_length=1, max_length=200)
-    description: str | None = Field(None, max_length=10_000)
-    notes: str | None = Field(None, max_length=100_000)
-    tags: list[Tag] | None = Field(None, max_length=50, description="replaces the run's tags")
-
-    @field_validator("tags")
-    @classmethod
-    def _tags(cls, value: list[str] | None) -> list[str] | None:
-        return None if value is None else list(dict.fromkeys(_check_tag(t) for t in value))
-
-
-class CompareRequest(Request):
-    run_ids: list[DbId] = Field(min_length=1, max_length=100)
-    keys: list[Annotated[str, Field(max_length=250)]] | None = Field(None, max_length=200)
-    agg: Literal["last", "min", "max", "at_step"] = "last"
-    step: DbStep | None = None
-
-
-class CompareRow(Response):
-    run_id: int
-    values: dict[str, float | None]
-    steps: dict[str, int | None] | None = Field(
-        None, description="with agg=at_step: the stored step each value was read at (the last one <= step)")
-
-
-class SeriesXY(Response):
-    step: list[int]
-    value: list[float | None]
-
-
-class CompareResponse(Response):
-    keys: list[str]
-    runs: list[RunPublic]
-    table: list[CompareRow]
-    series: dict[str, dict[str, SeriesXY]]
-
-
-class RunPlanRef(Request):
-    run_id: DbId
-    step: DbStep | None = None
-
-
-class ModelPlanRef(Request):
-    model_id: str = Field(max_length=64)
-
-
-class InlinePlanRef(Request):
-    windows: Plan
-
-
-PlanRef = RunPlanRef | ModelPlanRef | InlinePlanRef
-
-
-class DiffRequest(Request):
-    a: PlanRef
-    b: PlanRef
-
-
-class DiffResponse(Response):
-    a: list[list[int | None]]
-    b: list[list[int | None]]
-    changed: list[list[bool]]
-    n_changed: int
-
-
-# ---- saved views -------------------------------------------------------------------------
-
-class ViewCreate(Request):
-    name: str = Field(min_length=1, max_length=120)
-    page: str = Field(min_length=1, max_length=64)
-    state: dict[str, Any]
-
-    @field_validator("state", mode="before")
-    @classmethod
-    def _state_shape(cls, value: Any) -> Any:
-        _check_json_tree(value, "state")
-        return value
-
-    @field_validator("state")
-    @classmethod
-    def _state_size(cls, value: dict[str, Any]) -> dict[str, Any]:
-        size = len(json.dumps(value, allow_nan=False).encode())
-        if size > MAX_VIEW_STATE_BYTES:
-            raise ValueError(f"state is {size} bytes as JSON; the limit is {MAX_VIEW_STATE_BYTES}")
-        return value
-
-
-class ViewUpdate(Request):
-    name: str = Field(min_length=1, max_length=120)
-
-
-class ViewOrder(Request):
-    ids: list[int] = Field(max_length=10_000, description="every saved view's id once, in the new order")
-
-
-def _check_json_tree(value: Any, name: str) -> None:
-    """Walk free-form JSON without recursion: at most MAX_VIEW_STATE_DEPTH levels, text that is valid
-    Unicode (no lone surrogates, which no JSON encoder can write back) and integers that fit 64 bits."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_VIEW_STATE_DEPTH:
-            raise ValueError(f"{name} is nested deeper than {MAX_VIEW_STATE_DEPTH} levels")
-        if isinstance(item, dict):
-            stack.extend((key, depth) for key in item)
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
-        elif isinstance(item, str) and not item.isascii():
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError(f"{name} holds text that is not valid Unicode (a lone surrogate)") from None
-        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= 2**63:
-            raise ValueError(f"{name} holds an integer out of range (|value| must be below 2**63)")
-
-
-class ViewPublic(Response):
-    id: int
-    name: str
-    page: str
-    state: dict[str, Any]
-    created_at: str
-    position: int | None = Field(None, description="its place once the views were reordered (null: never)")

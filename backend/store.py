@@ -33,7 +33,7 @@ from backend.models import (
     RunTag,
     WindowAssignment,
 )
-from backend.schemas import MetricSeries, Progress, RunPublic
+from backend.run_schemas import MetricSeries, Progress, RunPublic
 
 MetricRow = tuple[str, int, float, float]  # key, step, value, timestamp (epoch seconds)
 

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt, field_validator, model_validator
 
-from backend.schemas import DbStep, Plan, Request, Response, RunPublic, RunStatus, Tag, _check_tag
+from backend.run_schemas import RunPublic, RunStatus, Tag, _check_tag
+from backend.schemas import DbStep, Plan, Request, Response
 
 RunKey = str  # checked by pattern on the fields that carry it
 RUN_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{7,127}$"

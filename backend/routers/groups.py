@@ -12,7 +12,7 @@ from backend.deps import ReadsDep, SessionDep
 from backend.downsample import MAX_POINTS
 from backend.groups import GroupSeriesResponse, GroupSummary, group_series, group_summaries
 from backend.routers.runs import parse_keys
-from backend.schemas import RunSource
+from backend.run_schemas import RunSource
 from backend.services.executor import BUSY
 
 router = APIRouter(prefix="/runs/groups", tags=["runs"])

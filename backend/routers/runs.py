@@ -19,7 +19,7 @@ from backend.services.cache import LruCache
 from backend.services.executor import BUSY
 from backend.errors import InvalidInput
 from backend.identity import update_identity
-from backend.schemas import (
+from backend.run_schemas import (
     CompareRequest,
     CompareResponse,
     CompareRow,

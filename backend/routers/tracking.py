@@ -14,7 +14,7 @@ from backend.db import transaction
 from backend.deps import SessionDep, SettingsDep
 from backend.errors import ServiceError
 from backend.routers.runs import RunId
-from backend.schemas import RunPublic
+from backend.run_schemas import RunPublic
 from backend.services import tracking
 from backend.tracking_schemas import (
     CheckpointFileResult,

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Path, Response
 
 from backend import catalog
 from backend.deps import SessionDep
-from backend.schemas import ViewCreate, ViewOrder, ViewPublic, ViewUpdate
+from backend.view_schemas import ViewCreate, ViewOrder, ViewPublic, ViewUpdate
 
 router = APIRouter(prefix="/views", tags=["views"])
 ViewId = Path(ge=1, le=2**62)

@@ -8,7 +8,7 @@ from aah_core.windows import JsonPlan, plan_to_json
 from backend import store
 from backend.deps import RegistryDep, SessionDep
 from backend.errors import InvalidInput
-from backend.schemas import DiffRequest, DiffResponse, InlinePlanRef, ModelPlanRef, PlanRef
+from backend.run_schemas import DiffRequest, DiffResponse, InlinePlanRef, ModelPlanRef, PlanRef
 
 router = APIRouter(prefix="/windows", tags=["windows"])
 

@@ -32,7 +32,7 @@ from backend import spool, store
 from backend.db import transaction
 from backend.services import workers
 from backend.errors import Conflict, InvalidInput, Unavailable
-from backend.schemas import RunCreate, RunPublic
+from backend.run_schemas import RunCreate, RunPublic
 from backend.services.worker_env import worker_env
 from backend.settings import Settings
 

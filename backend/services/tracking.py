@@ -29,7 +29,7 @@ from aah_core.windows import plan_to_json, validate_plan
 from backend import catalog, store
 from backend.errors import Conflict, InvalidInput, NotFound
 from backend.models import Run
-from backend.schemas import RunPublic
+from backend.run_schemas import RunPublic
 from backend.tracking_schemas import (
     CheckpointPublic,
     LogBatch,

@@ -17,8 +17,8 @@ from backend import catalog
 from backend.db import make_engine, make_session_factory, transaction
 from backend.migrate import upgrade
 from backend.reference import EXPERIMENT as PAPER
-from backend.schemas import MAX_VIEW_STATE_DEPTH
 from backend.seed import DEMO_ID
+from backend.view_schemas import MAX_VIEW_STATE_DEPTH
 from tests.frontend.stack import running_api
 
 API = "/api/v1"
