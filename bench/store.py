@@ -13,7 +13,8 @@
     python -m bench.store [--steps 1000000] [--db sqlite postgresql] [--body series|metrics] [--writes-only]
 
 Batches are sent in the columnar ``series`` form the client sends (``--body metrics``: one object per
-point, the older form); ``--writes-only`` skips the reads (results in store-writes-<machine>.json).
+point, the older form: results in store[-writes]-metrics-body-<machine>.json); ``--writes-only`` skips the
+reads (results in store-writes-<machine>.json).
 
 PostgreSQL is a throwaway server started like the tests' (tests/postgres.py: Debian's package, a unix
 socket, fsync and synchronous_commit off, so its write figure is an upper bound for a durable server);
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     result = {"steps": args.steps, "keys": list(KEYS), "max_points": MAX_POINTS,
               "targets": {"read_p99_ms_sqlite": 200, "write_points_per_s": 50_000}}
-    name = "store-writes" if args.writes_only else "store"
+    name = ("store-writes" if args.writes_only else "store") + ("" if args.body == "series" else "-metrics-body")
     for kind in args.db:
         result[kind] = bench_database(kind, args.steps, args.per_client, args.body, args.writes_only)
         path = write_result(name, result)  # after each database: a later failure keeps what was measured
