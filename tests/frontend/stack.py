@@ -186,6 +186,19 @@ def editor_ready(page, timeout: float = 60.0) -> str:
     return loss
 
 
+def expand(page, label: str, shows, timeout: float = 60.0) -> None:
+    """Open the expander whose label holds `label` until `shows` (a locator inside it) is visible. A
+    click that meets a rerun can be dropped on a loaded box (the expander stays closed), so it is
+    clicked again while closed, never while open (that would close it)."""
+    box = page.locator("details").filter(has_text=label)
+
+    def opened() -> bool:
+        if box.get_attribute("open") is None:
+            box.locator("summary").click(timeout=5_000)
+        return shows.is_visible()
+    wait_for(opened, timeout=timeout, interval=0.5, what=f"the {label!r} expander")
+
+
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02, what: str = "condition"):
     """Poll until `predicate()` is truthy; returns its value."""
     deadline = time.monotonic() + timeout

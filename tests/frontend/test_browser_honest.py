@@ -96,13 +96,7 @@ def test_bulk_edit_and_preset_enable_undo_at_once(live, model):
     S.editor_ready(page)
     undo = page.get_by_role("button", name="↶ Undo")
     assert undo.is_disabled()
-    bulk = page.locator("details").filter(has_text="Bulk edits and presets")
-
-    def bulk_open() -> bool:  # built when opened (a rerun): a click that meets another rerun can be dropped
-        if bulk.get_attribute("open") is None:
-            bulk.locator("summary").click(timeout=5_000)
-        return page.get_by_role("button", name="Set layer").is_visible(timeout=3_000)
-    S.wait_for(bulk_open, timeout=60, what="the bulk edits")
+    S.expand(page, "Bulk edits and presets", page.get_by_role("button", name="Set layer"))
     caption = page.get_by_text(re.compile(r"head\(s\) differ from the model's own plan"))
 
     def click_until(button, before: str, after: str, what: str) -> None:
