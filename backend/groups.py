@@ -27,7 +27,7 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend import store
+from backend import metric_store, store
 from backend.errors import NotFound
 from backend.models import Experiment, Run, RunTag
 from backend.schemas import Response
@@ -140,7 +140,7 @@ def group_summaries(s: Session, *, keys: Sequence[str] | None = None, agg: str =
     if keys is None:
         latest = store.latest_values(s, run_ids)
         keys = sorted({k for values in latest.values() for k in values})
-    values = store.aggregate_metrics(s, run_ids, list(keys), agg) if run_ids and keys else {}
+    values = metric_store.aggregate_metrics(s, run_ids, list(keys), agg) if run_ids and keys else {}
     out = []
     for (exp, grp), runs in groups.items():
         ids = [r[0] for r in runs]
@@ -158,7 +158,7 @@ def group_series(s: Session, experiment: str, group: str, keys: Sequence[str] | 
         raise NotFound(f"no runs in group {group!r} of experiment {experiment!r}")
     per_key: dict[str, dict[int, tuple[list[int], list[float | None]]]] = defaultdict(dict)
     for run_id, _, _ in runs:
-        for key, series in store.read_metrics(s, run_id, keys).items():
+        for key, series in metric_store.read_metrics(s, run_id, keys).items():
             per_key[key][run_id] = (series.step, series.value)
     return GroupSeriesResponse(experiment=experiment, group=group, run_ids=[r[0] for r in runs],
                                seeds=[r[1] for r in runs],

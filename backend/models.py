@@ -1,4 +1,5 @@
-"""ORM tables (SQLAlchemy 2.0, typed). No pydantic here; rows never leave ``store.py``.
+"""ORM tables (SQLAlchemy 2.0, typed). No pydantic here; rows never leave ``store.py``
+and ``metric_store.py``.
 
 Times are epoch milliseconds (BigInteger) except metric timestamps, which are epoch
 seconds as floats (what training loops report). Windows are integers with NULL = full.
@@ -110,7 +111,7 @@ class _MetricValue:
 
 class Metric(_MetricValue, Base):
     """One point of a series. No foreign key on ``run_id``: PostgreSQL checks one per row (a third of a
-    batch insert's time), while every batch is for one run, which store.log_metrics checks and locks
+    batch insert's time), while every batch is for one run, which metric_store.log_metrics checks and locks
     once; store.delete_runs removes a run's points and rollups with it."""
 
     __tablename__ = "metrics"

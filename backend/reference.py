@@ -12,8 +12,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from aah_core import paper
+from backend.metric_store import log_metrics
 from backend.models import Experiment
-from backend.store import create_run, log_metrics, now_ms
+from backend.store import create_run, now_ms
 
 EXPERIMENT = "paper (reported)"
 

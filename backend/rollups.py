@@ -7,7 +7,7 @@ row and the rows of its minimum and of its maximum finite value (step, value and
 read needs no other row; NULL when no value in it is finite; on a tie, the smaller step). A bucket
 of level ``l + 1`` is the merge of four of level ``l``, so levels are built from the one below.
 
-The rows are kept in the transaction that writes the metric rows (store.log_metrics): when every
+The rows are kept in the transaction that writes the metric rows (metric_store.log_metrics): when every
 row of a batch was new, the batch's own summaries are merged into the stored ones by one upsert;
 when some steps were stored already (a retried batch: the first value stays), the buckets the batch
 touches are recomputed from the stored rows instead, so a rollup never holds a value the store
@@ -117,7 +117,7 @@ def add(conn: Connection, run_id: int, points: dict[str, list[tuple[int, float |
             rows.extend((key, level, b, *(getattr(s, c) for c in COLUMNS)) for b, s in buckets.items())
     if not rows:
         return
-    # Raw SQL, as store.log_metrics: SQLAlchemy's per-row parameter handling (and psycopg's statement
+    # Raw SQL, as metric_store.log_metrics: SQLAlchemy's per-row parameter handling (and psycopg's statement
     # per row of an executemany) cost more than the upsert itself
     insert = f"INSERT INTO metric_rollups (run_id, key, level, bucket, {', '.join(COLUMNS)}) "
     if conn.dialect.name == "postgresql":  # the run id and twelve arrays, sent in binary

@@ -18,7 +18,7 @@ from aah_core.checkpoint import FILES as CHECKPOINT_FILES
 from aah_core.checkpoint import read_checkpoint_info
 from aah_core.errors import CheckpointError
 from aah_core.windows import plan_to_json
-from backend import catalog, store
+from backend import catalog, metric_store, store
 from backend.models import Checkpoint
 from backend.settings import Settings
 
@@ -57,7 +57,7 @@ def _place_inside(src: Path, data_dir: Path) -> str:
     return str(dest.relative_to(data_dir))
 
 
-def read_history(path: Path) -> list[store.MetricRow]:
+def read_history(path: Path) -> list[metric_store.MetricRow]:
     """Rows of a JSONL metrics file ({"step", "time", key: value, ...}); null values become NaN."""
     if not path.is_file():
         return []
@@ -71,10 +71,10 @@ def read_history(path: Path) -> list[store.MetricRow]:
     return metric_rows(events, str(path))
 
 
-def metric_rows(events: list, where: str) -> list[store.MetricRow]:
+def metric_rows(events: list, where: str) -> list[metric_store.MetricRow]:
     """Metric events ({"step", "time", key: value, ...}) as store rows; null values become NaN,
     events without a step are skipped (with a warning naming `where` and the event's position)."""
-    rows: list[store.MetricRow] = []
+    rows: list[metric_store.MetricRow] = []
     for n, event in enumerate(events, 1):
         try:
             event = dict(event)
@@ -120,7 +120,7 @@ def seed_demo(s: Session, settings: Settings) -> bool:
     store.update_run(s, run_id, progress_step=last_step,
                      started_at=int(min(stamps) * 1000) if stamps else None,
                      ended_at=int(max(stamps) * 1000) if stamps else None)
-    store.log_metrics(s, run_id, history)
+    metric_store.log_metrics(s, run_id, history)
     store.log_plan(s, run_id, last_step, plan_to_json(info.plan, seq_len))
     catalog.register_checkpoint(s, catalog.CheckpointEntry(
         id=DEMO_ID, name="Demo model", path=relative, run_id=run_id, preset=info.config.preset, fingerprint=fp))

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend import catalog, store
+from backend import catalog, metric_store, store
 from backend.db import transaction
 
 logger = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ def apply(s: Session, run_id: int, ops: Iterable[Op]) -> bool:
     for op in ops:
         kind = op["op"]
         if kind == "metrics":
-            store.log_metrics(s, run_id, [tuple(row) for row in op["rows"]])
+            metric_store.log_metrics(s, run_id, [tuple(row) for row in op["rows"]])
         elif kind == "run":
             fields = dict(op["fields"])
             if "status" in fields and not store.is_active(s, run_id):  # never reopen an ended run

@@ -22,7 +22,7 @@ from aah_core.paper import PAPER_ROWS
 from aah_core.suite import MATCHED_ROWS
 from aah_core.suite_pack import PackedRun, read_pack
 from aah_core.windows import plan_to_json, validate_plan
-from backend import store
+from backend import metric_store, store
 from backend.models import Experiment, Param, Run
 from backend.seed import metric_rows
 from backend.settings import Settings
@@ -88,7 +88,7 @@ def _import_run(s: Session, run: PackedRun, header: dict, experiment: str, fp: s
         description=f"Our reproduction of the paper's {run.row} row ({header.get('scale')} scale, seed {run.seed}): "
         f"`{header.get('command') or 'aah suite paper'}`; see docs/reproduction.md.")
     history = metric_rows(run.metrics, f"{experiment}/{group}/seed {run.seed}")
-    store.log_metrics(s, run_id, history)
+    metric_store.log_metrics(s, run_id, history)
     for event in run.plans:
         try:
             plan = validate_plan(event["windows"], m.n_layer, m.n_head, m.seq_len)

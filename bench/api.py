@@ -66,7 +66,7 @@ def _stand_in_demo(root: Path) -> Path:
 def _seed_history(db_path: Path, steps: int = HISTORY_STEPS) -> int:
     """A finished run with a history of ``steps`` steps (3 keys every step, val_loss every 100), written
     through the store while the server runs (WAL: a second writer is fine). Returns its id."""
-    from backend import store
+    from backend import metric_store, store
     from backend.db import make_engine, make_session_factory, transaction
 
     rng = random.Random(0)
@@ -83,7 +83,7 @@ def _seed_history(db_path: Path, steps: int = HISTORY_STEPS) -> int:
             if step % 100 == 0:
                 rows.append(("val_loss", step, 4.5 - step / 1500, t))
         with transaction(sessions) as s:
-            store.log_metrics(s, run_id, rows)
+            metric_store.log_metrics(s, run_id, rows)
     engine.dispose()
     return run_id
 

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend import store
+from backend import metric_store, store
 from backend.db import transaction
 from backend.downsample import MAX_POINTS, MIN_POINTS, read_downsampled
 from backend.deps import JobsDep, MetricsCacheDep, ReadsDep, SessionDep
@@ -83,7 +83,7 @@ MetricsQuery = tuple[int, tuple[str, ...] | None, int | None, int | None, int | 
 def _metrics_version(sessions: sessionmaker[Session], run_id: int) -> tuple[int, int]:
     with transaction(sessions) as s:
         store.run_exists(s, run_id)
-        return store.metrics_version(s, run_id)
+        return metric_store.metrics_version(s, run_id)
 
 
 def _metrics_body(sessions: sessionmaker[Session], cache: LruCache, query: MetricsQuery,
@@ -91,7 +91,7 @@ def _metrics_body(sessions: sessionmaker[Session], cache: LruCache, query: Metri
     run_id, keys, min_step, max_step, max_points = query
     with transaction(sessions) as s:
         if max_points is None:
-            series, reduced = store.read_metrics(s, run_id, keys, min_step, max_step), []
+            series, reduced = metric_store.read_metrics(s, run_id, keys, min_step, max_step), []
         else:
             series, reduced = read_downsampled(s, run_id, max_points, keys, min_step, max_step)
     body = MetricsResponse(run_id=run_id, series=series, downsampled=reduced).model_dump_json().encode()
@@ -157,11 +157,12 @@ def _compare(sessions: sessionmaker[Session], body: CompareRequest) -> CompareRe
         keys = body.keys
         if keys is None:
             keys = sorted({k for run in runs for k in run.summary})
-        table = store.aggregate_metrics(session, run_ids, keys, body.agg, body.step)
-        steps = store.steps_at_or_before(session, run_ids, keys, body.step) if body.agg == "at_step" else {}
+        table = metric_store.aggregate_metrics(session, run_ids, keys, body.agg, body.step)
+        steps = (metric_store.steps_at_or_before(session, run_ids, keys, body.step) if body.agg == "at_step"
+                 else {})
         series = {}
         for run_id in run_ids:
-            by_key = store.read_metrics(session, run_id, keys)
+            by_key = metric_store.read_metrics(session, run_id, keys)
             series[str(run_id)] = {k: SeriesXY(step=s.step, value=s.value) for k, s in by_key.items()}
     rows = [CompareRow(run_id=r, values=table[r], steps=steps.get(r)) for r in run_ids]
     return CompareResponse(keys=keys, runs=runs, table=rows, series=series)

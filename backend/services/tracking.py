@@ -26,7 +26,7 @@ from aah_core.checkpoint import FILES, CheckpointInfo, verify_checkpoint
 from aah_core.config import RunConfig
 from aah_core.errors import AAHError
 from aah_core.windows import plan_to_json, validate_plan
-from backend import catalog, store
+from backend import catalog, metric_store, store
 from backend.errors import Conflict, InvalidInput, NotFound
 from backend.models import Run
 from backend.run_schemas import RunPublic
@@ -86,7 +86,7 @@ def _value(value: MetricValue) -> float:
     return _SPECIAL[value] if value is None or isinstance(value, str) else float(value)
 
 
-def _metric_rows(body: LogBatch) -> list[store.MetricRow]:
+def _metric_rows(body: LogBatch) -> list[metric_store.MetricRow]:
     """The batch's points as (key, step, value, time) rows: its ``metrics``, then its ``series`` columns."""
     rows = [(p.key, p.step, _value(p.value), p.time) for p in body.metrics]
     for key, columns in body.series.items():
@@ -97,7 +97,7 @@ def _metric_rows(body: LogBatch) -> list[store.MetricRow]:
 def log_batch(s: Session, run_id: int, body: LogBatch) -> LogResult:
     """Store a batch of metric points and plans, ignoring what is stored already; move progress forward."""
     run = _tracked_run(s, run_id)
-    written = store.log_metrics(s, run_id, _metric_rows(body))
+    written = metric_store.log_metrics(s, run_id, _metric_rows(body))
     if body.plans:
         model = json.loads(run.config_json or "{}").get("model", {})
         n_layer, n_head, seq_len = model.get("n_layer"), model.get("n_head"), model.get("seq_len")

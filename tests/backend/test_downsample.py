@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backend import store
+from backend import metric_store, store
 from backend.db import transaction
 from backend.downsample import layout, read_downsampled
 
@@ -22,7 +22,7 @@ def _log(module_sessions, points: list[tuple[int, float]], batches: int = 1) -> 
     size = -(-len(points) // batches) if points else 1
     for i in range(0, len(points), size):
         with transaction(module_sessions) as s:
-            store.log_metrics(s, run_id, [("y", step, value, float(n)) for n, (step, value) in
+            metric_store.log_metrics(s, run_id, [("y", step, value, float(n)) for n, (step, value) in
                                           enumerate(points[i:i + size], start=i)])
     return run_id
 
@@ -91,7 +91,7 @@ def test_a_long_series_reduced_to_its_envelope(module_sessions):
     run_id = _log(module_sessions, points, batches=3)
     with transaction(module_sessions) as s:
         series, reduced = read_downsampled(s, run_id, 101, None)
-        full = store.read_metrics(s, run_id)["y"]
+        full = metric_store.read_metrics(s, run_id)["y"]
     y = series["y"]
     assert reduced == ["y"] and 90 <= len(y.step) <= 101
     assert (4321, 50.0) in zip(y.step, y.value) and (7777, -50.0) in zip(y.step, y.value)
@@ -118,12 +118,13 @@ def test_row_counts_follow_every_batch(module_sessions):
     """latest_metrics.n_rows, the response cache's version, counts late rows too."""
     run_id = _log(module_sessions, [(5, 1.0), (6, 2.0)])
     with transaction(module_sessions) as s:
-        assert store.metrics_version(s, run_id) == (2, 1)
-        store.log_metrics(s, run_id, [("y", 3, 9.0, 1.0), ("z", 1, 1.0, 1.0)])  # y: an older step
-        assert store.metrics_version(s, run_id) == (4, 2)
+        assert metric_store.metrics_version(s, run_id) == (2, 1)
+        metric_store.log_metrics(s, run_id, [("y", 3, 9.0, 1.0), ("z", 1, 1.0, 1.0)])  # y: an older step
+        assert metric_store.metrics_version(s, run_id) == (4, 2)
         assert store.latest_values(s, [run_id])[run_id] == {"y": 2.0, "z": 1.0}
         # steps sent again (a retried or replayed batch) are stored once and counted once
-        assert store.log_metrics(s, run_id, [("y", 6, 7.0, 2.0), ("y", 7, 3.0, 2.0), ("y", 7, 4.0, 2.0)]) == 1
-        assert store.metrics_version(s, run_id) == (5, 2)
+        rows = [("y", 6, 7.0, 2.0), ("y", 7, 3.0, 2.0), ("y", 7, 4.0, 2.0)]
+        assert metric_store.log_metrics(s, run_id, rows) == 1
+        assert metric_store.metrics_version(s, run_id) == (5, 2)
         assert store.latest_values(s, [run_id])[run_id] == {"y": 3.0, "z": 1.0}
-        assert store.read_metrics(s, run_id, ["y"])["y"].value == [9.0, 1.0, 2.0, 3.0]
+        assert metric_store.read_metrics(s, run_id, ["y"])["y"].value == [9.0, 1.0, 2.0, 3.0]

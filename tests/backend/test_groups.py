@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from backend import store
+from backend import metric_store, store
 from backend.db import transaction
 from backend.groups import align, describe
 
@@ -73,8 +73,9 @@ def seeded(client) -> dict[str, list[int]]:
                 run_id = store.create_run(s, name=f"{group}-s{seed}", experiment=exp, status="FINISHED",
                                           source="suite", group=group, seed=seed, tags=["t"] if exp == "grp-exp" else [])
                 curve = RNG.normal(2.0, 0.5, 10)
-                store.log_metrics(s, run_id, [("val_loss", step, float(v), 0.0) for step, v in enumerate(curve)])
-                store.log_metrics(s, run_id, [("acr", 9, 0.25 * (seed + 1), 0.0)])
+                metric_store.log_metrics(s, run_id, [("val_loss", step, float(v), 0.0)
+                                                     for step, v in enumerate(curve)])
+                metric_store.log_metrics(s, run_id, [("acr", 9, 0.25 * (seed + 1), 0.0)])
                 ids.setdefault(f"{exp}/{group}", []).append(run_id)
         store.create_run(s, name="no group", experiment="grp-exp", status="FINISHED")
     return ids

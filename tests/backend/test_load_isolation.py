@@ -22,7 +22,7 @@ import pytest
 import uvicorn
 from sqlalchemy import Engine, event
 
-from backend import store
+from backend import metric_store, store
 from backend.app import create_app
 from backend.db import transaction
 from backend.services import analysis
@@ -61,8 +61,8 @@ def live(tmp_path_factory: pytest.TempPathFactory, tiny_demo: Path) -> Iterator[
     with serving(app) as url:
         with transaction(app.state.sessions) as s:
             run_id = store.create_run(s, name="long", experiment="load", status="FINISHED")
-            store.log_metrics(s, run_id, [(k, step, 1.0 / step, 1.7e9 + step) for step in range(1, 10_001)
-                                          for k in ("train_loss", "lr")])
+            metric_store.log_metrics(s, run_id, [(k, step, 1.0 / step, 1.7e9 + step)
+                                                 for step in range(1, 10_001) for k in ("train_loss", "lr")])
         app.state.long_run = run_id
         yield url, app
 
@@ -181,7 +181,7 @@ def test_concurrent_polls_share_one_version_check_and_a_later_poll_sees_new_rows
         answers = [f.result() for f in futures]
     assert gate.calls == 1 and {r.json()["series"]["lr"]["step"][-1] for r in answers} == {10_000}
     with transaction(app.state.sessions) as s:
-        store.log_metrics(s, run_id, [("lr", 10_001, 0.5, 1.7e9)])
+        metric_store.log_metrics(s, run_id, [("lr", 10_001, 0.5, 1.7e9)])
     after = httpx.get(url + API + f"/runs/{run_id}/metrics", params=params, timeout=GATE_TIMEOUT_S).json()
     assert gate.calls == 2
     assert (after["series"]["lr"]["step"][-1], after["series"]["lr"]["value"][-1]) == (10_001, 0.5)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select, text
 
-from backend import rollups, store
+from backend import metric_store, rollups, store
 from backend.db import make_engine, make_session_factory, transaction
 from backend.migrate import alembic_config, upgrade
 from backend.models import MetricRollup
@@ -43,7 +43,7 @@ def stored_rollups(s, run_id: int) -> set[tuple]:
 
 def stored_rows(s, run_id: int) -> dict[str, list[tuple[int, float | None, float]]]:
     return {key: list(zip(series.step, series.value, series.timestamp))
-            for key, series in store.read_metrics(s, run_id).items()}
+            for key, series in metric_store.read_metrics(s, run_id).items()}
 
 
 values = st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.sampled_from([math.nan, math.inf, 0.0, 1.0]))
@@ -61,7 +61,7 @@ def test_rollups_match_the_stored_rows_after_any_batches(module_sessions, batche
     for n, batch in enumerate(batches):  # timestamps tell the batches apart
         with transaction(module_sessions) as s:
             rows = [(key, step, value, n + i / 100) for i, (key, step, value) in enumerate(batch)]
-            store.log_metrics(s, run_id, rows)
+            metric_store.log_metrics(s, run_id, rows)
     with transaction(module_sessions) as s:
         assert stored_rollups(s, run_id) == expected_rollups(stored_rows(s, run_id))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend import store
+from backend import metric_store, store
 from backend.db import transaction
 from tests.backend.conftest import TINY_PLAN
 from tests.conftest import DATABASES
@@ -25,7 +25,7 @@ def logged_run(client) -> int:
         rows = [("train_loss", step, 5.0 - step / 10, 100.0 + step) for step in range(1, 11)]
         rows += [("val_loss", 5, 4.5, 105.0), ("val_loss", 10, float("nan"), 110.0)]
         rows += [("grad_norm", 3, float("inf"), 103.0), ("grad_norm", 4, float("-inf"), 104.0)]
-        store.log_metrics(s, run_id, rows)
+        metric_store.log_metrics(s, run_id, rows)
         store.log_plan(s, run_id, 5, [[64, 64], [64, 64]])
         store.log_plan(s, run_id, 10, [[4, None], [16, 8]])
     return run_id
@@ -239,12 +239,12 @@ def test_metric_reads_see_new_rows_despite_the_response_cache(client):
     sessions = client.app.state.sessions
     with transaction(sessions) as s:
         run_id = store.create_run(s, name="growing", experiment="tests", status="RUNNING")
-        store.log_metrics(s, run_id, [("loss", 1, 1.0, 1.0)])
+        metric_store.log_metrics(s, run_id, [("loss", 1, 1.0, 1.0)])
     url = f"{API}/runs/{run_id}/metrics"
     assert client.get(url).json()["series"]["loss"]["step"] == [1]
     assert client.get(url).json()["series"]["loss"]["step"] == [1]  # served from the cache
     with transaction(sessions) as s:
-        store.log_metrics(s, run_id, [("loss", 2, 0.5, 2.0)])
+        metric_store.log_metrics(s, run_id, [("loss", 2, 0.5, 2.0)])
     assert client.get(url).json()["series"]["loss"] == {"step": [1, 2], "value": [1.0, 0.5], "timestamp": [1.0, 2.0]}
 
 

@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from pydantic import ValidationError
 from sqlalchemy import delete, func, inspect, select, text
 
-from backend import store
+from backend import metric_store, store
 from backend.db import make_engine, make_session_factory, parse_database_url, transaction
 from backend.errors import Conflict, NotFound
 from backend.migrate import MIGRATIONS_DIR, alembic_config, migrate, upgrade
@@ -95,8 +95,8 @@ def test_a_fresh_store_migrates_up_and_down(store_url):
     upgrade(engine)
     with transaction(make_session_factory(engine)) as s:
         run_id = store.create_run(s, name="again", experiment="e")
-        store.log_metrics(s, run_id, [("loss", 1, 2.0, 1.0)])
-        assert store.read_metrics(s, run_id)["loss"].value == [2.0]
+        metric_store.log_metrics(s, run_id, [("loss", 1, 2.0, 1.0)])
+        assert metric_store.read_metrics(s, run_id)["loss"].value == [2.0]
     engine.dispose()
 
 
@@ -123,7 +123,7 @@ def test_upgrading_an_old_store_keeps_every_row(store_url):
     with transaction(sessions) as s:
         assert store.get_run(s, run_id).source == "job"
         assert store.get_run(s, run_id).params == {"lr": "0.1"}
-        assert store.read_metrics(s, run_id)["loss"].value == [2.0]
+        assert metric_store.read_metrics(s, run_id)["loss"].value == [2.0]
         assert store.read_plan(s, run_id).windows == [[4, None]]
         if engine.dialect.name == "sqlite":
             assert s.execute(text("PRAGMA foreign_keys")).scalar() == 1
@@ -140,12 +140,12 @@ def test_run_ids_are_never_reused(sessions):
 def test_nonfinite_values_round_trip_as_null(sessions):
     with transaction(sessions) as s:
         run_id = store.create_run(s, name="r", experiment="e")
-        store.log_metrics(s, run_id, [("x", 1, math.nan, 1.0), ("x", 2, math.inf, 2.0), ("x", 3, -math.inf, 3.0),
-                                      ("x", 4, 1.5, 4.0)])
+        metric_store.log_metrics(s, run_id, [("x", 1, math.nan, 1.0), ("x", 2, math.inf, 2.0),
+                                             ("x", 3, -math.inf, 3.0), ("x", 4, 1.5, 4.0)])
     with transaction(sessions) as s:
         specials = list(s.scalars(select(Metric.special).order_by(Metric.step)))
         assert specials == ["nan", "inf", "-inf", None]
-        assert store.read_metrics(s, run_id)["x"].value == [None, None, None, 1.5]
+        assert metric_store.read_metrics(s, run_id)["x"].value == [None, None, None, 1.5]
         assert store.latest_values(s, [run_id])[run_id] == {"x": 1.5}
 
 
@@ -158,18 +158,18 @@ def test_any_key_and_number_arrive_exactly(sessions):
             for i, k in enumerate(keys) for step in (0, 1, 2**62)]
     with transaction(sessions) as s:
         run_id = store.create_run(s, name="r", experiment="e")
-        assert store.log_metrics(s, run_id, rows) == len(rows)
+        assert metric_store.log_metrics(s, run_id, rows) == len(rows)
     with transaction(sessions) as s:
         stored = s.execute(select(Metric.key, Metric.step, Metric.value, Metric.timestamp)
                            .where(Metric.run_id == run_id)).all()
         assert sorted(map(tuple, stored)) == sorted(rows)
-        assert store.metric_keys(s, run_id) == sorted(keys)
+        assert metric_store.metric_keys(s, run_id) == sorted(keys)
 
 def test_latest_value_follows_the_highest_step(sessions):
     with transaction(sessions) as s:
         run_id = store.create_run(s, name="r", experiment="e")
-        store.log_metrics(s, run_id, [("x", 5, 5.0, 1.0)])
-        store.log_metrics(s, run_id, [("x", 3, 3.0, 2.0)])  # a late, older step does not win
+        metric_store.log_metrics(s, run_id, [("x", 5, 5.0, 1.0)])
+        metric_store.log_metrics(s, run_id, [("x", 3, 3.0, 2.0)])  # a late, older step does not win
         assert store.latest_values(s, [run_id])[run_id] == {"x": 5.0}
 
 
@@ -195,7 +195,7 @@ def test_one_writer_and_eight_readers_lose_nothing(sessions, tmp_path):
         try:
             while not stop.is_set():
                 with transaction(sessions) as s:
-                    series = store.read_metrics(s, run_id, ["train_loss"])
+                    series = metric_store.read_metrics(s, run_id, ["train_loss"])
                     steps = series["train_loss"].step if series else []
                     assert steps == sorted(steps) and len(steps) == len(set(steps))
                     store.get_run(s, run_id)
@@ -235,7 +235,7 @@ def test_writers_of_overlapping_batches_at_once_store_each_step_once(sessions):
         try:
             start.wait()
             with transaction(sessions) as s:
-                written.append(store.log_metrics(s, run_id, rows))
+                written.append(metric_store.log_metrics(s, run_id, rows))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -248,8 +248,8 @@ def test_writers_of_overlapping_batches_at_once_store_each_step_once(sessions):
     n_steps = 3 * 50 + 200  # steps 0..349, for each key
     assert sum(written) == 2 * n_steps
     with transaction(sessions) as s:
-        assert store.metrics_version(s, run_id) == (2 * n_steps, 2)
-        steps = store.read_metrics(s, run_id)["a"].step
+        assert metric_store.metrics_version(s, run_id) == (2 * n_steps, 2)
+        steps = metric_store.read_metrics(s, run_id)["a"].step
         assert steps == list(range(n_steps))
         assert store.latest_values(s, [run_id])[run_id] == {"a": 3.0, "b": 3.0}
 
@@ -260,15 +260,15 @@ def test_metrics_need_their_run_and_go_with_it(sessions):
     with transaction(sessions) as s:
         kept, gone = (store.create_run(s, name=name, experiment="fk") for name in ("kept", "gone"))
         for run_id in (kept, gone):
-            store.log_metrics(s, run_id, [("loss", step, 1.0 / step, 1.0) for step in range(1, 100)])
+            metric_store.log_metrics(s, run_id, [("loss", step, 1.0 / step, 1.0) for step in range(1, 100)])
     with pytest.raises(NotFound, match="run 999"), transaction(sessions) as s:
-        store.log_metrics(s, 999, [("loss", 1, 1.0, 1.0)])
+        metric_store.log_metrics(s, 999, [("loss", 1, 1.0, 1.0)])
     with transaction(sessions) as s:
         store.delete_runs(s, [gone])
     with transaction(sessions) as s:
         for table in (Metric, MetricRollup, LatestMetric):
             owners = set(s.scalars(select(table.run_id).distinct()))
             assert owners == {kept}, table.__tablename__
-        assert store.read_metrics(s, kept)["loss"].step == list(range(1, 100))
+        assert metric_store.read_metrics(s, kept)["loss"].step == list(range(1, 100))
         with pytest.raises(NotFound):
             store.get_run(s, gone)

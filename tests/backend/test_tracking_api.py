@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from aah_core.checkpoint import FILES
-from backend import store
+from backend import metric_store, store
 from backend.db import transaction
 from backend.models import Metric
 from backend.tracking_schemas import MAX_METRICS_PER_BATCH
@@ -99,7 +99,7 @@ def test_series_columns_arrive_exactly_and_a_step_sent_twice_is_stored_once(clie
     assert again.json()["metrics_written"] == 1
     assert stored_points(client, run_id) == [*expected[:6], ("loss", 11, 1.0, None, 6.0), *expected[6:]]
     with transaction(client.app.state.sessions) as s:
-        assert store.metrics_version(s, run_id) == (10, 3)
+        assert metric_store.metrics_version(s, run_id) == (10, 3)
         assert store.latest_values(s, [run_id])[run_id] == {"grad": None, "loss": 1.0, "lr": 0.1 + 0.2}
     assert client.get(f"/api/v1/runs/{run_id}").json()["progress"]["step"] == 20
 

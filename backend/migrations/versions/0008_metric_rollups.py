@@ -12,7 +12,7 @@ insert about a third cheaper (122-164 k against 92-100 k points/s measured on a 
 
 Metric rows (and rollups) lose their foreign key to runs: PostgreSQL checked it once per row, a
 third of a 9,000-point insert (EXPLAIN ANALYZE: 112 of 339 ms), although a batch is always for one
-run; store.log_metrics now checks and locks that run once per batch and store.delete_runs deletes
+run; metric_store.log_metrics now checks and locks that run once per batch and store.delete_runs deletes
 a run's metric rows and rollups with it. SQLite can only drop a constraint by rebuilding the table
 (a copy of the rows, once).
 
