@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from alembic import command
+from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from aah_core.checkpoint import load_checkpoint, save_checkpoint
@@ -17,17 +19,34 @@ from aah_core.train import JsonlSink, train
 from aah_core.windows import validate_plan
 from backend.app import create_app
 from backend.db import make_engine, make_session_factory
-from backend.migrate import upgrade
+from backend.migrate import alembic_config, upgrade
 from backend.settings import Settings
 from tests.conftest import DATABASES, database_url
 
 TINY_PLAN = [[4, None], [16, 8]]  # a non-trivial own plan: 2 layers x 2 heads, seq_len 64
 
 
+OLD_EXPERIMENT = "INSERT INTO experiments (id, name, read_only, created_at) VALUES (1, 'e', false, 0)"
+
+
+def old_store(url: str, revision: str, *inserts: str) -> Engine:
+    """A store migrated only up to `revision`, holding the rows of `inserts`: SQL of that revision's
+    schema (today's ORM models have columns the old tables lack)."""
+    engine = make_engine(url)
+    config = alembic_config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)
+        for sql in inserts:
+            conn.execute(text(sql))
+    return engine
+
+
 @pytest.fixture(scope="module", params=DATABASES)
 def module_sessions(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                     ) -> Iterator[sessionmaker[Session]]:
-    """One migrated store per test module and database (SQLite, PostgreSQL) for tests that make their own runs."""
+    """One migrated store per test module and database (SQLite, PostgreSQL), for tests that make their
+    own runs."""
     engine = make_engine(database_url(request, tmp_path_factory.mktemp("store")))
     upgrade(engine)
     yield make_session_factory(engine)

@@ -139,6 +139,19 @@ def test_identical_concurrent_requests_share_one_computation(live, monkeypatch):
     assert len({r.content for r in answers}) == 1
 
 
+def gated_gets(url: str, params: dict, n: int, gate: Gate, executor, what: str,
+               meanwhile: Callable[[], None] = lambda: None) -> list[httpx.Response]:
+    """`n` identical GETs at once while `gate` holds the first one's work: once the other n - 1 have
+    joined it on `executor` (single-flight), `meanwhile()` runs, then the gate opens."""
+    joined_before = executor.joined
+    with ThreadPoolExecutor(n) as pool:
+        futures = [pool.submit(httpx.get, url, params=params, timeout=GATE_TIMEOUT_S) for _ in range(n)]
+        wait_until(lambda: executor.joined - joined_before == n - 1, what)
+        meanwhile()
+        gate.open.set()
+        return [f.result() for f in futures]
+
+
 def test_identical_metric_misses_share_one_read_and_pollers_do_not_block_health(live, monkeypatch):
     """Pollers of a long run: a cold read is computed once for all of them; /health answers meanwhile."""
     from backend.routers import runs
@@ -146,16 +159,13 @@ def test_identical_metric_misses_share_one_read_and_pollers_do_not_block_health(
     url, app = live
     gate = Gate(runs._metrics_body)
     monkeypatch.setattr(runs, "_metrics_body", gate)
-    params = {"keys": "train_loss,lr", "max_points": 501}
     n = 12
-    joined_before = app.state.reads.joined
-    with ThreadPoolExecutor(n) as pool:
-        futures = [pool.submit(httpx.get, url + API + f"/runs/{app.state.long_run}/metrics", params=params,
-                               timeout=GATE_TIMEOUT_S) for _ in range(n)]
-        wait_until(lambda: app.state.reads.joined - joined_before == n - 1, "pollers joining the first read")
+
+    def health_answers() -> None:
         assert health_ok(url)
-        gate.open.set()
-        answers = [f.result() for f in futures]
+    answers = gated_gets(url + API + f"/runs/{app.state.long_run}/metrics",
+                         {"keys": "train_loss,lr", "max_points": 501}, n, gate, app.state.reads,
+                         "pollers joining the first read", health_answers)
     assert [r.status_code for r in answers] == [200] * n and gate.calls == 1
     assert sorted(answers[0].json()["downsampled"]) == ["lr", "train_loss"]
 
@@ -171,14 +181,8 @@ def test_concurrent_polls_share_one_version_check_and_a_later_poll_sees_new_rows
     httpx.get(url + API + f"/runs/{run_id}/metrics", params=params, timeout=GATE_TIMEOUT_S)  # cached now
     gate = Gate(runs._metrics_version)
     monkeypatch.setattr(runs, "_metrics_version", gate)
-    n = 10
-    joined_before = app.state.checks.joined
-    with ThreadPoolExecutor(n) as pool:
-        futures = [pool.submit(httpx.get, url + API + f"/runs/{run_id}/metrics", params=params,
-                               timeout=GATE_TIMEOUT_S) for _ in range(n)]
-        wait_until(lambda: app.state.checks.joined - joined_before == n - 1, "polls joining the first check")
-        gate.open.set()
-        answers = [f.result() for f in futures]
+    answers = gated_gets(url + API + f"/runs/{run_id}/metrics", params, 10, gate, app.state.checks,
+                         "polls joining the first check")
     assert gate.calls == 1 and {r.json()["series"]["lr"]["step"][-1] for r in answers} == {10_000}
     with transaction(app.state.sessions) as s:
         metric_store.log_metrics(s, run_id, [("lr", 10_001, 0.5, 1.7e9)])

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import math
 
-from alembic import command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import select, text
+from sqlalchemy import select
 
 from backend import metric_store, rollups, store
-from backend.db import make_engine, make_session_factory, transaction
-from backend.migrate import alembic_config, upgrade
+from backend.db import make_session_factory, transaction
+from backend.migrate import upgrade
 from backend.models import MetricRollup
+from tests.backend.conftest import OLD_EXPERIMENT, old_store
 
 
 def expected_rollups(rows: dict[str, list[tuple[int, float | None, float]]]) -> set[tuple]:
@@ -67,17 +67,12 @@ def test_rollups_match_the_stored_rows_after_any_batches(module_sessions, batche
 
 
 def test_a_store_migrated_from_0007_gets_rollups_of_its_rows(store_url):
-    engine = make_engine(store_url)
-    config = alembic_config()
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "0007")
-        conn.execute(text("INSERT INTO experiments (id, name, read_only, created_at) VALUES (1, 'e', false, 0)"))
-        conn.execute(text("INSERT INTO runs (id, name, experiment_id, status, created_at, read_only, source) "
-                          "VALUES (1, 'old', 1, 'FINISHED', 0, false, 'job')"))
-        conn.execute(text("INSERT INTO metrics (run_id, key, step, value, special, timestamp) VALUES "
-                          "(1, 'loss', 3, 2.0, NULL, 1.0), (1, 'loss', 900, 1.5, NULL, 2.0), "
-                          "(1, 'loss', 70000, NULL, 'nan', 3.0), (1, 'acc', 5, 0.25, NULL, 4.0)"))
+    engine = old_store(store_url, "0007", OLD_EXPERIMENT,
+                       "INSERT INTO runs (id, name, experiment_id, status, created_at, read_only, source) "
+                       "VALUES (1, 'old', 1, 'FINISHED', 0, false, 'job')",
+                       "INSERT INTO metrics (run_id, key, step, value, special, timestamp) VALUES "
+                       "(1, 'loss', 3, 2.0, NULL, 1.0), (1, 'loss', 900, 1.5, NULL, 2.0), "
+                       "(1, 'loss', 70000, NULL, 'nan', 3.0), (1, 'acc', 5, 0.25, NULL, 4.0)")
     upgrade(engine)
     with transaction(make_session_factory(engine)) as s:
         rows = stored_rows(s, 1)

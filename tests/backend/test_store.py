@@ -9,7 +9,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -23,6 +22,7 @@ from backend.migrate import MIGRATIONS_DIR, alembic_config, migrate, upgrade
 from backend.models import Base, LatestMetric, Metric, MetricRollup, Run
 from backend.settings import Settings
 from backend.sink import SqliteMetricsSink
+from tests.backend.conftest import OLD_EXPERIMENT, old_store
 
 
 @pytest.fixture
@@ -105,18 +105,13 @@ def test_upgrading_an_old_store_keeps_every_row(store_url):
 
     The rows are written with SQL of the 0001 schema: today's ORM models have columns that
     the old tables lack."""
-    engine = make_engine(store_url)
-    config = alembic_config()
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "0001")
-        conn.execute(text("INSERT INTO experiments (id, name, read_only, created_at) VALUES (1, 'e', false, 0)"))
-        conn.execute(text("INSERT INTO runs (id, name, experiment_id, status, created_at, read_only) "
-                          "VALUES (1, 'old', 1, 'FINISHED', 0, false)"))
-        conn.execute(text("INSERT INTO params (run_id, key, value) VALUES (1, 'lr', '0.1')"))
-        conn.execute(text("INSERT INTO metrics (run_id, key, step, value, timestamp) VALUES (1, 'loss', 1, 2.0, 1.0)"))
-        conn.execute(text("INSERT INTO window_plans (run_id, step, layer, head, \"window\") "
-                          "VALUES (1, 1, 0, 0, 4), (1, 1, 0, 1, NULL)"))
+    engine = old_store(store_url, "0001", OLD_EXPERIMENT,
+                       "INSERT INTO runs (id, name, experiment_id, status, created_at, read_only) "
+                       "VALUES (1, 'old', 1, 'FINISHED', 0, false)",
+                       "INSERT INTO params (run_id, key, value) VALUES (1, 'lr', '0.1')",
+                       "INSERT INTO metrics (run_id, key, step, value, timestamp) VALUES (1, 'loss', 1, 2.0, 1.0)",
+                       "INSERT INTO window_plans (run_id, step, layer, head, \"window\") "
+                       "VALUES (1, 1, 0, 0, 4), (1, 1, 0, 1, NULL)")
     run_id = 1
     upgrade(engine)
     sessions = make_session_factory(engine)

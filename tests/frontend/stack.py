@@ -199,6 +199,20 @@ def expand(page, label: str, shows, timeout: float = 60.0) -> None:
     wait_for(opened, timeout=timeout, interval=0.5, what=f"the {label!r} expander")
 
 
+def prepare_download(page, expander: str, prepare, download, build_s: float = 90.0,
+                     timeout: float = 240.0) -> None:
+    """Open `expander`, click `prepare` and wait for the `download` button it builds. Each click can meet
+    a rerun and be dropped on a loaded box, so both are tried again until the button shows."""
+    def ready() -> bool:
+        if download.count():
+            return True
+        expand(page, expander, prepare)
+        prepare.click(timeout=5_000)
+        download.wait_for(timeout=build_s * 1000)
+        return True
+    wait_for(ready, timeout=timeout, what=f"the download built under {expander!r}")
+
+
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02, what: str = "condition"):
     """Poll until `predicate()` is truthy; returns its value."""
     deadline = time.monotonic() + timeout

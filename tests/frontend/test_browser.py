@@ -67,20 +67,9 @@ def test_heatmap_link_and_offline_export(live, model, tmp_path):
     assert query["layer"] == [str(layer)] and query["head"] == [str(head)] and query["window"] == [str(window)]
     assert f"L{layer}H{head} with window {window}" in page.locator(".gtitle").all_text_contents()
 
-    prepare = page.get_by_role("button", name="Prepare offline HTML")
     button = page.get_by_role("button", name=re.compile("Download HTML"))
-
-    def export_ready() -> bool:
-        # a click that lands during a Streamlit rerun is dropped (seen on a loaded 2-core box): retry it
-        if button.count():
-            return True
-        if not prepare.is_visible():
-            page.get_by_text("Share · save · export").click(timeout=5_000)
-        prepare.click(timeout=5_000)
-        button.wait_for(timeout=20_000)
-        return True
-
-    S.wait_for(export_ready, timeout=150, what="the offline HTML export")
+    prepare = page.get_by_role("button", name="Prepare offline HTML")
+    S.prepare_download(page, "Share · save · export", prepare, button, build_s=20, timeout=150)
     with page.expect_download() as info:
         button.click()
     html_path = tmp_path / "attention.html"

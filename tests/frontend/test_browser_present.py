@@ -35,17 +35,9 @@ def test_arrow_keys_move_between_slides_and_the_deck_is_one_slide_per_screen(liv
     S.wait_for(lambda: moved("ArrowRight", 1, 2), timeout=90, what="the next slide after →")
     S.wait_for(lambda: moved("ArrowLeft", 2, 1), timeout=90, what="the first slide again after ←")
 
-    prepare = page.get_by_role("button", name="Prepare offline HTML deck")
     button = page.get_by_role("button", name="Download deck (HTML, plotly.js inlined, opens offline)")
-
-    def deck_ready() -> bool:  # the expander's and the button's clicks can each meet a rerun and be dropped
-        if button.count():
-            return True
-        S.expand(page, "Export the deck", prepare)
-        prepare.click(timeout=5_000)
-        button.wait_for(timeout=90_000)
-        return True
-    S.wait_for(deck_ready, timeout=240, what="the deck export")
+    prepare = page.get_by_role("button", name="Prepare offline HTML deck")
+    S.prepare_download(page, "Export the deck", prepare, button)
     with page.expect_download() as info:
         button.click()
     path = tmp_path / "deck.html"
