@@ -67,4 +67,4 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/api/v1/health', timeout=4)"]
 # The API. Inside a container it listens on all interfaces (container ports are fixed: 8000 and
 # 8501); docker-compose.yml publishes only the dashboard's port, on the host's loopback by default.
-CMD ["python", "-m", "uvicorn", "backend.app:app", "--host", "0.0.0.0", "--port", "8000", "--http", "backend.protocol:TimedH11Protocol"]
+CMD ["python", "-m", "uvicorn", "backend.app:app", "--host", "0.0.0.0", "--port", "8000", "--http", "backend.api.protocol:TimedH11Protocol"]

@@ -71,8 +71,8 @@ def _read_plan(path: str | None, ckpt: Any) -> torch.Tensor:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from aah_core.analysis.evaluate import evaluate_loss, make_eval_batch
     from aah_core.checkpoint import load_checkpoint
-    from aah_core.evaluate import evaluate_loss, make_eval_batch
     from aah_core.windows import coverage_metrics
 
     ckpt = load_checkpoint(args.checkpoint)
@@ -92,8 +92,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
     from aah_core.checkpoint import load_checkpoint
-    from aah_core.cost import ModelShape, plan_cost
-    from aah_core.generate import Sampling, generate
+    from aah_core.inference.cost import ModelShape, plan_cost
+    from aah_core.inference.generate import Sampling, generate
 
     ckpt = load_checkpoint(args.checkpoint)
     model, plan = ckpt.model, _read_plan(args.windows, ckpt)

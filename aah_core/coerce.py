@@ -9,9 +9,9 @@ finite double holds: ``train.max_steps: 1e30`` is refused here, not by the datab
 from __future__ import annotations
 
 import json
+import math
 import types
 import typing
-import math
 from collections.abc import Mapping
 from typing import Any
 

@@ -19,11 +19,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from aah_core.analysis.evaluate import evaluate_loss, model_device
 from aah_core.checkpoint import load_checkpoint, read_train_state, save_checkpoint
 from aah_core.config import RunConfig
 from aah_core.controller import Controller, build_controller
 from aah_core.data import DataStream, copy_chance
-from aah_core.evaluate import evaluate_loss, model_device
 from aah_core.model import WindowedGPT
 from aah_core.train_state import capture_train_state, restore_train_state
 from aah_core.windows import coverage_metrics, plan_to_json, window_fractions

@@ -31,11 +31,11 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_models(args: argparse.Namespace) -> int:
     """`aah models add PATH`: register a model folder in the store of --data-dir / $AAH_DATA_DIR."""
-    from backend import migrate
-    from backend.db import make_engine, make_session_factory, transaction
-    from backend.errors import ServiceError
+    from backend.schemas.errors import ServiceError
     from backend.services.model_folders import register_model_folder
     from backend.settings import Settings
+    from backend.store import migrate
+    from backend.store.db import make_engine, make_session_factory, transaction
 
     settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
     settings.data_dir.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 The two children are the documented entry points (ARCHITECTURE.md, "Entry points"):
 
-    python -m uvicorn backend.app:app --host HOST --port API_PORT --http backend.protocol:TimedH11Protocol
+    python -m uvicorn backend.app:app --host HOST --port API_PORT --http backend.api.protocol:TimedH11Protocol
     streamlit run frontend/app.py --server.headless true --server.address HOST --server.port UI_PORT
 
 Each child runs in its own session, hence its own process group, so that a Ctrl-C in the terminal
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 API_HEALTH = "/api/v1/health"
 UI_HEALTH = "/_stcore/health"
-API_PROTOCOL = "backend.protocol:TimedH11Protocol"  # h11 with a read deadline per request (408)
+API_PROTOCOL = "backend.api.protocol:TimedH11Protocol"  # h11 with a read deadline per request (408)
 DEFAULT_API_PORT = 8000
 DEFAULT_UI_PORT = 8501
 STOP_GRACE_S = 20.0  # the API gives its training workers AAH_JOB_GRACE_S (10 s) to checkpoint

@@ -13,21 +13,23 @@ from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from sqlalchemy.exc import DBAPIError
 
-from backend import __version__, migrate, preflight
-from backend.db import make_engine, make_session_factory, transaction
-from backend.deps import require_token
-from backend.errors import install_error_handlers
-from backend.middleware import BodySizeLimit, HostCheck
-from backend.openapi import install_openapi
-from backend.reference import seed_paper_reference
+from backend import __version__
+from backend.api import preflight
+from backend.api.deps import require_token
+from backend.api.errors import install_error_handlers
+from backend.api.middleware import BodySizeLimit, HostCheck
+from backend.api.openapi import install_openapi
 from backend.routers import groups, health, models, presets, runs, tracking, views, windows
-from backend.seed import seed_demo
+from backend.seed.demo import seed_demo
+from backend.seed.paper import seed_paper_reference
+from backend.seed.suite import seed_suite
 from backend.services.cache import LruCache
 from backend.services.executor import BoundedExecutor
 from backend.services.jobs import JobManager
 from backend.services.registry import Registry
 from backend.settings import Settings
-from backend.suite_seed import seed_suite
+from backend.store import migrate
+from backend.store.db import make_engine, make_session_factory, transaction
 
 logger = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"

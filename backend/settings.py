@@ -13,7 +13,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aah_core.shipped import shipped_data_dir
-from backend.db import parse_database_url, sqlite_url
+from backend.store.db import parse_database_url, sqlite_url
 
 # The demo checkpoint shipped with the package (the checkout's data/demo, or the installed copy).
 SHIPPED_DEMO_DIR = shipped_data_dir() / "demo"
@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(
         15.0, gt=0, le=3600, description="Seconds a client has to send a request's line and headers from its "
         "first byte (or from connecting), and the longest a body may stall between two reads; then 408 and "
-        "the connection is closed. Needs the server run with --http backend.protocol:TimedH11Protocol.")
+        "the connection is closed. Needs the server run with --http backend.api.protocol:TimedH11Protocol.")
     demo_dir: Path | None = Field(SHIPPED_DEMO_DIR, description="Checkpoint registered on a fresh data dir.")
     seed_demo: bool = Field(True, description="Register the demo checkpoint and its history on a fresh store.")
     seed_paper: bool = Field(True, description="Import the paper's reported tables as a read-only experiment.")

@@ -66,14 +66,14 @@ def _stand_in_demo(root: Path) -> Path:
 def _seed_history(db_path: Path, steps: int = HISTORY_STEPS) -> int:
     """A finished run with a history of ``steps`` steps (3 keys every step, val_loss every 100), written
     through the store while the server runs (WAL: a second writer is fine). Returns its id."""
-    from backend import metric_store, store
-    from backend.db import make_engine, make_session_factory, transaction
+    from backend.store import metric_store, run_store
+    from backend.store.db import make_engine, make_session_factory, transaction
 
     rng = random.Random(0)
     engine = make_engine(db_path)
     sessions = make_session_factory(engine)
     with transaction(sessions) as s:
-        run_id = store.create_run(s, name=f"bench history ({steps} steps)", experiment="bench", status="FINISHED")
+        run_id = run_store.create_run(s, name=f"bench history ({steps} steps)", experiment="bench", status="FINISHED")
     for first in range(1, steps + 1, 50_000):  # in batches: a million rows do not sit in memory at once
         rows = []
         for step in range(first, min(first + 50_000, steps + 1)):

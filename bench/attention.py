@@ -16,8 +16,8 @@ import json
 import os
 import statistics
 import time
-from operator import truediv
 from collections.abc import Callable
+from operator import truediv
 from pathlib import Path
 
 import torch

@@ -12,9 +12,9 @@ import argparse
 
 import torch
 
+from aah_core.analysis.evaluate import PrefixCachedEvaluator
 from aah_core.config import apply_overrides
 from aah_core.data import DataStream
-from aah_core.evaluate import PrefixCachedEvaluator
 from aah_core.model import WindowedGPT
 from aah_core.presets import get_preset
 from aah_core.windows import causal_coverage

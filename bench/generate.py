@@ -6,10 +6,10 @@ A model of the demo's width and depth (4 layers x 4 heads x 128, RoPE) with seq_
 random weights; the plan is bench.engine's mixed plan (per layer windows T/64, T/32, T/8 and
 full: causal_coverage ~0.33). Figures, each beside the full plan's:
 
-- KV-cache bytes at context T: exact (aah_core.cost.plan_cost), checked against the bytes the
+- KV-cache bytes at context T: exact (aah_core.inference.cost.plan_cost), checked against the bytes the
   decoding cache really holds after T positions;
 - prefill time of T tokens, decode-step time at context T (median of the last steps up to T)
-  and decode tokens/s, measured by aah_core.cost.measure_cost, the two plans interleaved.
+  and decode tokens/s, measured by aah_core.inference.cost.measure_cost, the two plans interleaved.
 
 Targets (issue 16): KV <= 0.35x, decode step <= 0.6x, prefill <= 0.55x of full.
 """
@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from aah_core.config import apply_overrides
-from aah_core.cost import ModelShape, measure_cost, plan_cost
-from aah_core.generate import forward_cached, new_cache
+from aah_core.inference.cost import ModelShape, measure_cost, plan_cost
+from aah_core.inference.generate import forward_cached, new_cache
 from aah_core.model import WindowedGPT
 from aah_core.presets import get_preset
 from aah_core.windows import causal_coverage

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
+from aah_core.analysis.evaluate import PrefixCachedEvaluator
 from aah_core.data import EvalBatch
-from aah_core.evaluate import PrefixCachedEvaluator
 from bench.common import percentiles, write_result
 
 T = 1024

@@ -8,8 +8,9 @@ import functools
 
 import streamlit as st
 
-from frontend import api, components as C, views
+from frontend import api, views
 from frontend import attention_figures as A
+from frontend import components as C
 from frontend import plans as P
 
 PAGE = "attention"

@@ -10,7 +10,8 @@ from typing import Any, Callable, Sequence
 import plotly.graph_objects as go
 import streamlit as st
 
-from frontend import api, export, figures as F
+from frontend import api, export
+from frontend import figures as F
 from frontend import plans as P
 from frontend import url_state as U
 

@@ -7,7 +7,9 @@ from typing import Any
 
 import streamlit as st
 
-from frontend import api, components as C, figures as F, views
+from frontend import api, views
+from frontend import components as C
+from frontend import figures as F
 from frontend import history as H
 from frontend import plans as P
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from frontend import api, components as C, figures as F
+from frontend import api
+from frontend import components as C
+from frontend import figures as F
 from frontend import plans as P
 
 STATE = "editor._generated"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from frontend import api, components as C
+from frontend import api
+from frontend import components as C
 from frontend import group_figures as GF
 from frontend import group_views as GV
 from frontend import groups as G

@@ -11,8 +11,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from aah_client.client import OWN_WINDOW
-from frontend import api, figures as F
+from frontend import api
 from frontend import attention_figures as A
+from frontend import figures as F
 from frontend import group_views as GV
 from frontend import plans as P
 from frontend import run_table as R

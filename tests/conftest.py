@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend.db import sqlite_url
+from backend.store.db import sqlite_url
 from tests.postgres import PostgresServer, find_bin_dir
 
 DATABASES = ("sqlite", "postgresql")

@@ -15,10 +15,9 @@ logs why once.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from types import ModuleType
-
-import logging
 
 import torch
 

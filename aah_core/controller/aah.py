@@ -22,7 +22,13 @@ from aah_core.controller import Controller
 from aah_core.controller.clustering import churn, leader_cluster
 from aah_core.controller.features import N_FEATURES, Standardizer, head_features, pooled_group_features
 from aah_core.controller.hierarchy import (
-    Level, aggregate, balanced_split, build_upper_levels, passthrough, relevel, topology_of,
+    Level,
+    aggregate,
+    balanced_split,
+    build_upper_levels,
+    passthrough,
+    relevel,
+    topology_of,
 )
 from aah_core.controller.observer import FeatureObserver
 from aah_core.controller.policy import ramp, resolution_ema, select, warmup_index, windows_of

@@ -1,4 +1,4 @@
-"""Alembic environment. The service calls ``backend.migrate.upgrade`` at startup, which
+"""Alembic environment. The service calls ``backend.store.migrate.upgrade`` at startup, which
 passes its own connection; the ``alembic`` CLI (``alembic -c backend/alembic.ini``) builds
 an engine from ``AAH_DATABASE_URL`` (default: ``aah.db`` in ``AAH_DATA_DIR``)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from backend.models import Base
+from backend.store.tables import Base
 
 config = context.config
 target_metadata = Base.metadata
@@ -25,8 +25,8 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    from backend.db import make_engine
     from backend.settings import Settings
+    from backend.store.db import make_engine
 
     engine = make_engine(Settings().db_url)
     with engine.connect() as conn:

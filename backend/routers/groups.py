@@ -7,13 +7,13 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
-from backend.db import transaction
-from backend.deps import ReadsDep, SessionDep
-from backend.downsample import MAX_POINTS
-from backend.groups import GroupSeriesResponse, GroupSummary, group_series, group_summaries
+from backend.api.deps import ReadsDep, SessionDep
 from backend.routers.runs import parse_keys
-from backend.run_schemas import RunSource
+from backend.schemas.runs import RunSource
 from backend.services.executor import BUSY
+from backend.store.db import transaction
+from backend.store.downsample import MAX_POINTS
+from backend.store.groups import GroupSeriesResponse, GroupSummary, group_series, group_summaries
 
 router = APIRouter(prefix="/runs/groups", tags=["runs"])
 Name = Annotated[str, Query(min_length=1, max_length=200)]

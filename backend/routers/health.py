@@ -19,10 +19,10 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend import __version__
-from backend.catalog import count_checkpoints
-from backend.db import transaction
-from backend.schemas import HealthResponse
-from backend.store import count_runs
+from backend.schemas.models import HealthResponse
+from backend.store.catalog import count_checkpoints
+from backend.store.db import transaction
+from backend.store.run_store import count_runs
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])

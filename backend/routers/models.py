@@ -12,16 +12,15 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 
 from aah_core.windows import coverage_metrics, plan_to_json
-from backend.deps import HeavyDep, RegistryDep
-from backend.schemas import (
-    OWN_WINDOW,
+from backend.api.deps import HeavyDep, RegistryDep
+from backend.schemas.base import OWN_WINDOW, EvalSet
+from backend.schemas.models import (
     AllocateRequest,
     AllocateResponse,
     AttentionRequest,
     AttentionResponse,
     CostRequest,
     CostResponse,
-    EvalSet,
     EvaluateRequest,
     EvaluateResponse,
     GenerateRequest,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from aah_core.presets import PRESETS
-from backend.schemas import PresetInfo
+from backend.schemas.models import PresetInfo
 
 router = APIRouter(tags=["presets"])
 

@@ -11,15 +11,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend import metric_store, store
-from backend.db import transaction
-from backend.downsample import MAX_POINTS, MIN_POINTS, read_downsampled
-from backend.deps import JobsDep, MetricsCacheDep, ReadsDep, SessionDep
-from backend.services.cache import LruCache
-from backend.services.executor import BUSY
-from backend.errors import InvalidInput
-from backend.identity import update_identity
-from backend.run_schemas import (
+from backend.api.deps import JobsDep, MetricsCacheDep, ReadsDep, SessionDep
+from backend.schemas.errors import InvalidInput
+from backend.schemas.runs import (
     CompareRequest,
     CompareResponse,
     CompareRow,
@@ -32,6 +26,12 @@ from backend.run_schemas import (
     RunWindowsResponse,
     SeriesXY,
 )
+from backend.services.cache import LruCache
+from backend.services.executor import BUSY
+from backend.store import metric_store, run_store
+from backend.store.db import transaction
+from backend.store.downsample import MAX_POINTS, MIN_POINTS, read_downsampled
+from backend.store.identity import update_identity
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 RunId = Annotated[int, Path(ge=1, le=2**62)]
@@ -52,14 +52,14 @@ def read_runs(
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
 ) -> list[RunPublic]:
     """Runs, newest first, filtered by experiment name, preset, status, source, group and tag."""
-    return store.list_runs(session, experiment=experiment, preset=preset, status=status, source=source,
+    return run_store.list_runs(session, experiment=experiment, preset=preset, status=status, source=source,
                            group=group, tag=tag, limit=limit, offset=offset)
 
 
 @router.get("/{run_id}")
 def read_run(session: SessionDep, run_id: RunId) -> RunPublic:
     """One run: params, status, progress, latest value per metric."""
-    return store.get_run(session, run_id)
+    return run_store.get_run(session, run_id)
 
 
 @router.patch("/{run_id}")
@@ -82,7 +82,7 @@ MetricsQuery = tuple[int, tuple[str, ...] | None, int | None, int | None, int | 
 
 def _metrics_version(sessions: sessionmaker[Session], run_id: int) -> tuple[int, int]:
     with transaction(sessions) as s:
-        store.run_exists(s, run_id)
+        run_store.run_exists(s, run_id)
         return metric_store.metrics_version(s, run_id)
 
 
@@ -139,7 +139,7 @@ async def read_run_metrics(
 @router.get("/{run_id}/windows")
 def read_run_windows(session: SessionDep, run_id: RunId, step: Step = None) -> RunWindowsResponse:
     """The run's window plan at `step` (default: the latest stored) and every step with a plan."""
-    plan = store.read_plan(session, run_id, step)
+    plan = run_store.read_plan(session, run_id, step)
     return RunWindowsResponse(run_id=run_id, steps=plan.steps, step=plan.step, seq_len=plan.seq_len,
                               windows=plan.windows)
 
@@ -153,7 +153,7 @@ def create_run(body: RunCreate, jobs: JobsDep) -> RunPublic:
 def _compare(sessions: sessionmaker[Session], body: CompareRequest) -> CompareResponse:
     run_ids = list(dict.fromkeys(body.run_ids))
     with transaction(sessions) as session:
-        runs = store.runs_public(session, run_ids)
+        runs = run_store.runs_public(session, run_ids)
         keys = body.keys
         if keys is None:
             keys = sorted({k for run in runs for k in run.summary})

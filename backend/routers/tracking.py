@@ -10,13 +10,11 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from backend.db import transaction
-from backend.deps import SessionDep, SettingsDep
-from backend.errors import ServiceError
+from backend.api.deps import SessionDep, SettingsDep
 from backend.routers.runs import RunId
-from backend.run_schemas import RunPublic
-from backend.services import tracking
-from backend.tracking_schemas import (
+from backend.schemas.errors import ServiceError
+from backend.schemas.runs import RunPublic
+from backend.schemas.tracking import (
     CheckpointFileResult,
     CheckpointPublic,
     LogBatch,
@@ -25,6 +23,8 @@ from backend.tracking_schemas import (
     TrackedRunCreate,
     TrackedRunPublic,
 )
+from backend.services import tracking
+from backend.store.db import transaction
 
 router = APIRouter(prefix="/tracking/runs", tags=["tracking"])
 UPLOAD_PATH = r"^/api/v1/tracking/runs/\d+/checkpoint/[^/]+$"  # streamed: exempt from the small-body limit

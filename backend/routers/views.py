@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path, Response
 
-from backend import catalog
-from backend.deps import SessionDep
-from backend.view_schemas import ViewCreate, ViewOrder, ViewPublic, ViewUpdate
+from backend.api.deps import SessionDep
+from backend.schemas.views import ViewCreate, ViewOrder, ViewPublic, ViewUpdate
+from backend.store import catalog
 
 router = APIRouter(prefix="/views", tags=["views"])
 ViewId = Path(ge=1, le=2**62)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from aah_core.windows import JsonPlan, plan_to_json
-from backend import store
-from backend.deps import RegistryDep, SessionDep
-from backend.errors import InvalidInput
-from backend.run_schemas import DiffRequest, DiffResponse, InlinePlanRef, ModelPlanRef, PlanRef
+from backend.api.deps import RegistryDep, SessionDep
+from backend.schemas.errors import InvalidInput
+from backend.schemas.runs import DiffRequest, DiffResponse, InlinePlanRef, ModelPlanRef, PlanRef
+from backend.store import run_store
 
 router = APIRouter(prefix="/windows", tags=["windows"])
 
@@ -20,7 +20,7 @@ def _resolve(ref: PlanRef, session: SessionDep, registry: RegistryDep) -> tuple[
         return plan_to_json(lm.plan, lm.info.seq_len), lm.info.seq_len
     if isinstance(ref, InlinePlanRef):
         return [list(row) for row in ref.windows], None
-    plan = store.read_plan(session, ref.run_id, ref.step)
+    plan = run_store.read_plan(session, ref.run_id, ref.step)
     return plan.windows, plan.seq_len or None
 
 

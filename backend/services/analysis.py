@@ -1,6 +1,6 @@
 """What the model endpoints compute: live evaluation, heatmaps, retained mass, sensitivity,
 allocation. Each takes a LoadedModel (and the registry for its result cache) and returns a
-response schema; the numerics live in the engine (aah_core.evaluate, aah_core.diagnostics)."""
+response schema; the numerics live in the engine (aah_core.analysis.evaluate, aah_core.analysis.diagnostics)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,18 @@ from typing import Any
 
 import torch
 
-from aah_core import diagnostics
-from aah_core.allocate import allocate as run_allocation
-from aah_core.cost import ModelShape, PlanCost, check_context, plan_cost
+from aah_core.analysis import diagnostics
+from aah_core.analysis.allocate import allocate as run_allocation
+from aah_core.analysis.evaluate import PrefixCachedEvaluator
 from aah_core.errors import InvalidWindowPlan
+from aah_core.inference.cost import ModelShape, PlanCost, check_context, plan_cost
 from aah_core.windows import coverage_metrics, decode_window, encode_window, plan_to_json, validate_plan
-from aah_core.evaluate import PrefixCachedEvaluator
-from backend.errors import InvalidInput
-from backend.schemas import (
+from backend.schemas.base import OWN_WINDOW, AttentionWindow
+from backend.schemas.errors import InvalidInput
+from backend.schemas.models import (
     AllocateRequest,
     AllocateResponse,
-    OWN_WINDOW,
     AttentionResponse,
-    AttentionWindow,
     CostFields,
     CurvePoint,
     EvaluateRequest,

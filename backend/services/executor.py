@@ -24,7 +24,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 from starlette.responses import Response
 
-from backend.errors import Busy
+from backend.schemas.errors import Busy
 
 T = TypeVar("T")
 RETRY_AFTER_MAX_S = 60

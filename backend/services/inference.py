@@ -1,6 +1,6 @@
 """What the inference endpoints compute: a plan's cost (exact, and measured on request) and a
-generated continuation under a plan. The numerics live in the engine (aah_core.cost,
-aah_core.generate); this module checks inputs against the model and shapes the responses."""
+generated continuation under a plan. The numerics live in the engine (aah_core.inference.cost,
+aah_core.inference.generate); this module checks inputs against the model and shapes the responses."""
 
 from __future__ import annotations
 
@@ -8,11 +8,17 @@ import time
 
 import torch
 
-from aah_core.cost import measure_cost
-from aah_core.generate import Sampling, generate
+from aah_core.inference.cost import measure_cost
+from aah_core.inference.generate import Sampling, generate
 from aah_core.windows import plan_to_json
-from backend.errors import InvalidInput
-from backend.schemas import CostRequest, CostResponse, GenerateRequest, GenerateResponse, MeasuredCostPublic
+from backend.schemas.errors import InvalidInput
+from backend.schemas.models import (
+    CostRequest,
+    CostResponse,
+    GenerateRequest,
+    GenerateResponse,
+    MeasuredCostPublic,
+)
 from backend.services.analysis import cost_fields, encode_text, exact_cost, parse_plan
 from backend.services.registry import LoadedModel
 

@@ -23,18 +23,19 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from aah_core.errors import AAHError
 from aah_core.config import apply_overrides
+from aah_core.errors import AAHError
 from aah_core.paths import confine_data_paths
 from aah_core.presets import get_preset
 from aah_core.resources import check_fits
-from backend import spool, store
-from backend.db import transaction
+from backend.jobs import lifecycle, spool
+from backend.schemas.errors import Conflict, InvalidInput, Unavailable
+from backend.schemas.runs import RunCreate, RunPublic
 from backend.services import workers
-from backend.errors import Conflict, InvalidInput, Unavailable
-from backend.run_schemas import RunCreate, RunPublic
 from backend.services.worker_env import worker_env
 from backend.settings import Settings
+from backend.store import run_store
+from backend.store.db import transaction
 
 logger = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +95,7 @@ class JobManager:
             raise InvalidInput(f"overrides: {exc}") from None
         experiment = body.experiment or DEFAULT_EXPERIMENT
         with transaction(self.sessions) as s:  # a refusal for good (409) comes before one for now (503)
-            store.check_experiment_writable(s, experiment)
+            run_store.check_experiment_writable(s, experiment)
         with self._lock:
             # forget finished workers (their runs are in the store), so the table holds live jobs only
             self._jobs = {rid: job for rid, job in self._jobs.items() if not job.done.is_set()}
@@ -104,9 +105,9 @@ class JobManager:
                 raise Unavailable(f"{running} training job(s) running; the cap is {self.settings.max_jobs} "
                                   "(AAH_MAX_JOBS). Wait for one to end or cancel one.")
             with transaction(self.sessions) as s:
-                run_id = store.create_run(
+                run_id = run_store.create_run(
                     s, name=body.name or f"{body.preset}", experiment=experiment,
-                    preset=body.preset, params=store.flatten_params(config.to_dict()), config=config.to_dict(), seq_len=config.model.seq_len,
+                    preset=body.preset, params=run_store.flatten_params(config.to_dict()), config=config.to_dict(), seq_len=config.model.seq_len,
                     total_steps=config.train.max_steps)
             started: queue.Queue[Job | OSError] = queue.Queue(maxsize=1)
             threading.Thread(target=self._run_worker, args=(run_id, started), name=f"job-{run_id}",
@@ -115,11 +116,11 @@ class JobManager:
             if isinstance(job, OSError):  # no worker started: the run must not stay SCHEDULED forever
                 error = f"could not start the worker process ({job.__class__.__name__}: {job})"
                 with transaction(self.sessions) as s:
-                    store.end_run(s, run_id, "FAILED", error)
+                    run_store.end_run(s, run_id, "FAILED", error)
                 raise Unavailable(f"run {run_id}: {error}") from None
             self._jobs[run_id] = job
         with transaction(self.sessions) as s:
-            return store.get_run(s, run_id)
+            return run_store.get_run(s, run_id)
 
     def _run_worker(self, run_id: int, started: queue.Queue[Job | OSError]) -> None:
         """Start the worker and wait on it, in this one thread: the worker's parent-death signal is
@@ -142,14 +143,14 @@ class JobManager:
             process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=env, cwd=str(REPO_ROOT), start_new_session=True)
         with transaction(self.sessions) as s:
-            store.update_run(s, run_id, pid=process.pid)
+            run_store.update_run(s, run_id, pid=process.pid)
         logger.info("run %d: worker started (pid %d)", run_id, process.pid)
         return Job(run_id, process, log_path)
 
     def _watch(self, job: Job) -> None:
         code = job.process.wait()
         if job.cancelled.is_set():
-            status, error = "KILLED", workers.CANCELLED
+            status, error = "KILLED", lifecycle.CANCELLED
         elif code < 0:
             status, error = "KILLED", f"worker killed by signal {signal.Signals(-code).name}"
         else:
@@ -174,12 +175,12 @@ class JobManager:
         # what the worker could not write (the store was locked or full) waits in its spool, maybe its end
         spool.replay(self.sessions, run_id, spool.spool_path(self.settings.data_dir, run_id))
         with transaction(self.sessions) as s:
-            if store.end_run(s, run_id, status, error):  # no-op when the worker recorded its end
+            if run_store.end_run(s, run_id, status, error):  # no-op when the worker recorded its end
                 logger.warning("run %d: %s (%s)", run_id, status, error)
 
     def cancel(self, run_id: int, wait_s: float = 5.0) -> RunPublic:
         with transaction(self.sessions) as s:
-            run = store.get_run(s, run_id)
+            run = run_store.get_run(s, run_id)
             if run.read_only:
                 raise Conflict(f"run {run_id} is read-only (a reference experiment); it cannot be cancelled")
             _check_active(run)
@@ -189,11 +190,11 @@ class JobManager:
         else:  # not ours: a stray or dead worker is settled as what it is, never relabelled "cancelled"
             self.reconcile([run_id])
             with transaction(self.sessions) as s:
-                _check_active(store.get_run(s, run_id))  # another server's live job: it is not ours to stop
+                _check_active(run_store.get_run(s, run_id))  # another server's live job: it is not ours to stop
             raise Conflict(f"run {run_id} belongs to another server's worker; cancel it there")
         with transaction(self.sessions) as s:
-            store.end_run(s, run_id, "KILLED", workers.CANCELLED)
-            return store.get_run(s, run_id)
+            run_store.end_run(s, run_id, "KILLED", lifecycle.CANCELLED)
+            return run_store.get_run(s, run_id)
 
     def _stop(self, job: Job, wait_s: float) -> None:
         """SIGINT (the loop stops at the next step, checkpoints and records the cancel), SIGKILL after
@@ -220,7 +221,7 @@ class JobManager:
                 _signal(job.process, signal.SIGKILL)
                 job.done.wait(5.0)
             with transaction(self.sessions) as s:
-                store.end_run(s, job.run_id, "KILLED", workers.SERVICE_STOPPED)
+                run_store.end_run(s, job.run_id, "KILLED", lifecycle.SERVICE_STOPPED)
 
 
 def _check_active(run: RunPublic) -> None:

@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 
 from aah_core.errors import AAHError
 from aah_core.model_files import ModelDescription, describe_model
-from backend import catalog
-from backend.errors import Conflict, InvalidInput
+from backend.schemas.errors import Conflict, InvalidInput
+from backend.store import catalog
 
 MAX_ID = 48
 

@@ -20,20 +20,20 @@ from typing import Any
 import torch
 from sqlalchemy.orm import Session, sessionmaker
 
+from aah_core.analysis.evaluate import PrefixCachedEvaluator
 from aah_core.data import DataStream, EvalBatch, Tokenizer
 from aah_core.errors import AAHError
-from aah_core.evaluate import PrefixCachedEvaluator
 from aah_core.model_api import WindowedLM
 from aah_core.model_files import ModelDescription, describe_model, open_model
 from aah_core.resources import check_loadable
 from aah_core.windows import encode_window
-from backend import catalog
-from backend.db import transaction
-from backend.errors import InvalidInput, NotFound, Unavailable
-from backend.schemas import ModelInfo, ModelUnavailable
+from backend.schemas.errors import InvalidInput, NotFound, Unavailable
+from backend.schemas.models import ModelInfo, ModelUnavailable
 from backend.services.cache import LruCache
 from backend.services.model_folders import register_model_folder
 from backend.settings import Settings
+from backend.store import catalog
+from backend.store.db import transaction
 
 logger = logging.getLogger(__name__)
 EVAL_SEQS = 4  # sequences in each fixed evaluation batch

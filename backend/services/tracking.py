@@ -26,11 +26,9 @@ from aah_core.checkpoint import FILES, CheckpointInfo, verify_checkpoint
 from aah_core.config import RunConfig
 from aah_core.errors import AAHError
 from aah_core.windows import plan_to_json, validate_plan
-from backend import catalog, metric_store, store
-from backend.errors import Conflict, InvalidInput, NotFound
-from backend.models import Run
-from backend.run_schemas import RunPublic
-from backend.tracking_schemas import (
+from backend.schemas.errors import Conflict, InvalidInput, NotFound
+from backend.schemas.runs import RunPublic
+from backend.schemas.tracking import (
     CheckpointPublic,
     LogBatch,
     LogResult,
@@ -39,6 +37,8 @@ from backend.tracking_schemas import (
     TrackedRunCreate,
     TrackedRunPublic,
 )
+from backend.store import catalog, metric_store, run_store
+from backend.store.tables import Run
 
 TRACKED_SOURCES = ("tracked", "imported", "suite")
 TRACKED_DIR = "tracked"  # under the data dir: one folder per run with an uploaded checkpoint
@@ -50,26 +50,26 @@ def create_tracked_run(s: Session, body: TrackedRunCreate) -> TrackedRunPublic:
     """The run named by ``body.run_key``: created RUNNING the first time, the same run afterwards."""
     existing = s.scalar(select(Run.id).where(Run.client_key == body.run_key))
     if existing is not None:
-        return TrackedRunPublic(created=False, run=store.get_run(s, existing))
+        return TrackedRunPublic(created=False, run=run_store.get_run(s, existing))
     try:
         config = RunConfig.from_dict(body.config)
     except (AAHError, KeyError, TypeError, ValueError) as exc:
         raise InvalidInput(f"config: not a valid run configuration: {exc}") from None
     try:
         with s.begin_nested():  # a concurrent create of the same key loses here, and reads the winner
-            run_id = store.create_run(
+            run_id = run_store.create_run(
                 s, name=body.name, experiment=body.experiment, status="RUNNING", preset=body.preset,
-                params=store.flatten_params(config.to_dict()), config=config.to_dict(), seq_len=config.model.seq_len,
+                params=run_store.flatten_params(config.to_dict()), config=config.to_dict(), seq_len=config.model.seq_len,
                 total_steps=body.total_steps, data_hash=body.data_hash, git_rev=body.git_rev, source=body.source,
                 group=body.group, seed=body.seed, description=body.description, client_key=body.run_key,
                 tags=body.tags)
-            store.update_run(s, run_id, started_at=store.now_ms(), progress_step=body.start_step)
+            run_store.update_run(s, run_id, started_at=run_store.now_ms(), progress_step=body.start_step)
     except IntegrityError:
         existing = s.scalar(select(Run.id).where(Run.client_key == body.run_key))
         if existing is None:
             raise
-        return TrackedRunPublic(created=False, run=store.get_run(s, existing))
-    return TrackedRunPublic(created=True, run=store.get_run(s, run_id))
+        return TrackedRunPublic(created=False, run=run_store.get_run(s, existing))
+    return TrackedRunPublic(created=True, run=run_store.get_run(s, run_id))
 
 
 def _tracked_run(s: Session, run_id: int) -> Run:
@@ -106,7 +106,7 @@ def log_batch(s: Session, run_id: int, body: LogBatch) -> LogResult:
                 checked = validate_plan(plan.windows, n_layer, n_head, seq_len)
             except AAHError as exc:
                 raise InvalidInput(f"plans.{i} (step {plan.step}): {exc}") from None
-            store.log_plan(s, run_id, plan.step, plan_to_json(checked, seq_len))
+            run_store.log_plan(s, run_id, plan.step, plan_to_json(checked, seq_len))
     if body.step is not None and body.step > (run.progress_step or 0):
         run.progress_step = body.step
     return LogResult(run_id=run_id, metrics_written=written, plans_written=len(body.plans))
@@ -122,11 +122,11 @@ def set_status(s: Session, run_id: int, body: StatusUpdate) -> RunPublic:
     if body.status == "RUNNING":
         if run.status != "RUNNING":
             raise Conflict(f"run {run_id} already ended ({run.status}); a run key names one run, start a new one")
-    elif not store.end_run(s, run_id, body.status, body.error) and run.status != body.status:
+    elif not run_store.end_run(s, run_id, body.status, body.error) and run.status != body.status:
         raise Conflict(f"run {run_id} already ended as {run.status}; it cannot become {body.status}")
     s.flush()
     s.expire(run)
-    return store.get_run(s, run_id)
+    return run_store.get_run(s, run_id)
 
 
 # ---- checkpoint upload -------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """Worker processes as the operating system sees them, and the store kept true to them.
 
-A worker is ``python -m backend.worker --run-id N --data-dir DIR --parent-pid P``. It dies with its
+A worker is ``python -m backend.jobs.worker --run-id N --data-dir DIR --parent-pid P``. It dies with its
 server: it asks the kernel for SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG; the
 server starts each worker from a thread that lives exactly as long as that worker) and it polls its
-parent as a fallback (``watch_parent``). Either way it stops at the next step, writes a checkpoint,
+parent as a fallback (``backend.jobs.lifecycle.watch_parent``). Either way it stops at the next step, writes a checkpoint,
 records KILLED and exits within ``ORPHAN_EXIT_S``.
 
 ``reconcile`` makes every SCHEDULED/RUNNING job run in the store match a live worker: a worker of
@@ -15,64 +15,31 @@ worker, so every such run is settled as gone.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend import spool, store
-from backend.db import transaction
+from backend.jobs import spool
+from backend.jobs.lifecycle import SERVICE_STOPPED
+from backend.store import run_store
+from backend.store.db import transaction
 
 logger = logging.getLogger(__name__)
-WORKER_MODULE = "backend.worker"
-PR_SET_PDEATHSIG = 1
-ORPHAN_EXIT_S = 3.0  # an orphaned worker gets this long to checkpoint and record its end, then exits
+WORKER_MODULE = "backend.jobs.worker"
 SCHEDULED_GRACE_MS = 60_000  # a run without a pid yet may be another server's job being started
-SERVICE_STOPPED = "the service stopped while this run was active"
-CANCELLED = "cancelled by the user"
 
 
 def worker_command(run_id: int, data_dir: Path, roots: Collection[Path], parent_pid: int) -> list[str]:
     cmd = [sys.executable, "-m", WORKER_MODULE, "--run-id", str(run_id), "--data-dir", str(data_dir),
            "--parent-pid", str(parent_pid)]
     return cmd + [arg for root in roots for arg in ("--root", str(root))]
-
-
-# ---- the worker's side ---------------------------------------------------------------------
-
-def watch_parent(parent_pid: int | None, on_orphaned: Callable[[], None], poll_s: float = 0.5) -> None:
-    """Call ``on_orphaned`` once the server that started this process is gone.
-
-    PR_SET_PDEATHSIG (Linux) delivers SIGTERM at once; it is asked for before the parent is
-    checked, so a server that died in between is noticed too. A daemon thread also polls
-    ``os.getppid()`` (other systems, or a parent that set no death signal).
-    """
-    if parent_pid is None:
-        return
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        except (OSError, AttributeError):
-            logger.warning("no parent-death signal on this system; polling the parent instead")
-
-    def _poll() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(poll_s)
-        on_orphaned()
-
-    threading.Thread(target=_poll, name="parent-watch", daemon=True).start()
-
-
-def orphaned(parent_pid: int | None) -> bool:
-    return parent_pid is not None and os.getppid() != parent_pid
 
 
 # ---- the server's side ---------------------------------------------------------------------
@@ -139,7 +106,7 @@ def stop_process(pid: int, grace_s: float) -> bool:
     return not _alive(pid)
 
 
-def live_worker(run: store.ActiveRun, data_dir: Path) -> WorkerProcess | None:
+def live_worker(run: run_store.ActiveRun, data_dir: Path) -> WorkerProcess | None:
     """The run's worker if it is alive and really is this data dir's worker for this run."""
     worker = find_worker(run.pid)
     if worker is None or worker.run_id != run.id or worker.data_dir.resolve() != data_dir:
@@ -150,7 +117,7 @@ def live_worker(run: store.ActiveRun, data_dir: Path) -> WorkerProcess | None:
 def foreign_live_workers(sessions: sessionmaker[Session], data_dir: Path, own: Collection[int]) -> int:
     """Live workers of this store that this server did not start (another server's, or strays)."""
     with transaction(sessions) as s:
-        runs = store.active_job_runs(s)
+        runs = run_store.active_job_runs(s)
     return sum(run.id not in own and live_worker(run, data_dir) is not None for run in runs)
 
 
@@ -170,7 +137,7 @@ def reconcile(sessions: sessionmaker[Session], data_dir: Path, own: Collection[i
     ``own``: runs whose workers this server watches (left alone). ``run_ids``: only these runs.
     """
     with transaction(sessions) as s:
-        runs = [r for r in store.active_job_runs(s) if r.id not in own and (run_ids is None or r.id in run_ids)]
+        runs = [r for r in run_store.active_job_runs(s) if r.id not in own and (run_ids is None or r.id in run_ids)]
     ended = []
     for run in runs:
         worker = live_worker(run, data_dir)
@@ -180,7 +147,7 @@ def reconcile(sessions: sessionmaker[Session], data_dir: Path, own: Collection[i
             logger.warning("run %d: stopping its orphaned worker (pid %d)", run.id, worker.pid)
             stop_process(worker.pid, grace_s)
             status, error = "KILLED", f"{SERVICE_STOPPED}; its orphaned worker (pid {worker.pid}) was stopped"
-        elif run.status == "SCHEDULED" and run.pid is None and store.now_ms() - run.created_at < SCHEDULED_GRACE_MS:
+        elif run.status == "SCHEDULED" and run.pid is None and run_store.now_ms() - run.created_at < SCHEDULED_GRACE_MS:
             continue  # no pid yet: maybe being started by another server right now
         else:
             gone = f"its worker (pid {run.pid}) is gone" if run.pid else "it has no worker"
@@ -190,7 +157,7 @@ def reconcile(sessions: sessionmaker[Session], data_dir: Path, own: Collection[i
             ended += [run.id] if replayed else []  # (None: the store failed; next time)
             continue
         with transaction(sessions) as s:
-            if store.end_run(s, run.id, status, error):  # no-op when the worker recorded its own end
+            if run_store.end_run(s, run.id, status, error):  # no-op when the worker recorded its own end
                 logger.warning("run %d: %s (%s)", run.id, status, error)
                 ended.append(run.id)
     return ended

@@ -3,7 +3,9 @@ window fractions, and the window map at any step."""
 
 import streamlit as st
 
-from frontend import api, components as C, figures as F, jobs, views
+from frontend import api, jobs, views
+from frontend import components as C
+from frontend import figures as F
 from frontend import group_figures as GF
 from frontend import group_views as GV
 from frontend import groups as G

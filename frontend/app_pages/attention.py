@@ -3,9 +3,11 @@ retained-mass and sensitivity diagnostics."""
 
 import streamlit as st
 
-from frontend import api, components as C, figures as F, views
+from frontend import api, views
 from frontend import attention_figures as A
 from frontend import attention_panel as AP
+from frontend import components as C
+from frontend import figures as F
 from frontend import plans as P
 
 PAGE = "attention"

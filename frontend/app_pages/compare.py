@@ -3,9 +3,9 @@ window-map diff of two of them with changed heads outlined."""
 
 import streamlit as st
 
-from frontend import api, components as C, views
+from frontend import api, group_panels, views
 from frontend import comparable as K
-from frontend import group_panels
+from frontend import components as C
 
 PAGE = "compare"
 AGGS = ["last", "min", "max", "at_step"]

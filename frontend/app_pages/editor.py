@@ -2,8 +2,11 @@
 
 import streamlit as st
 
-from frontend import api, components as C, editor_panel as E, figures as F, views
+from frontend import api, views
 from frontend import cold_open as O
+from frontend import components as C
+from frontend import editor_panel as E
+from frontend import figures as F
 from frontend import generate_panel as G
 from frontend import plans as P
 

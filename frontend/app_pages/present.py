@@ -3,7 +3,8 @@ exported as one offline HTML deck."""
 
 import streamlit as st
 
-from frontend import api, components as C, export, views
+from frontend import api, export, views
+from frontend import components as C
 from frontend import view_manager as VM
 
 PAGE = "present"

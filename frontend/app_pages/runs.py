@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from frontend import api, components as C, jobs, views
+from frontend import api, jobs, views
+from frontend import components as C
 from frontend import groups as G
 from frontend import run_table as R
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 from alembic import command
+from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -18,9 +18,9 @@ from aah_core.presets import get_preset
 from aah_core.train import JsonlSink, train
 from aah_core.windows import validate_plan
 from backend.app import create_app
-from backend.db import make_engine, make_session_factory
-from backend.migrate import alembic_config, upgrade
 from backend.settings import Settings
+from backend.store.db import make_engine, make_session_factory
+from backend.store.migrate import alembic_config, upgrade
 from tests.conftest import DATABASES, database_url
 
 TINY_PLAN = [[4, None], [16, 8]]  # a non-trivial own plan: 2 layers x 2 heads, seq_len 64

@@ -9,16 +9,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backend import metric_store, store
-from backend.db import transaction
-from backend.downsample import layout, read_downsampled
+from backend.store import metric_store, run_store
+from backend.store.db import transaction
+from backend.store.downsample import layout, read_downsampled
 
 SPECIAL = (math.nan, math.inf, -math.inf)
 
 
 def _log(module_sessions, points: list[tuple[int, float]], batches: int = 1) -> int:
     with transaction(module_sessions) as s:
-        run_id = store.create_run(s, name="series", experiment="downsample")
+        run_id = run_store.create_run(s, name="series", experiment="downsample")
     size = -(-len(points) // batches) if points else 1
     for i in range(0, len(points), size):
         with transaction(module_sessions) as s:
@@ -110,7 +110,7 @@ def test_short_series_come_back_whole_and_bad_requests_are_refused(module_sessio
         assert reduced == [] and series["y"].value == [1.0, None, 3.0] and "unknown" not in series
         with pytest.raises(ValueError, match="at least 3"):
             read_downsampled(s, run_id, 2)
-        with pytest.raises(store.NotFound):
+        with pytest.raises(run_store.NotFound):
             read_downsampled(s, 10**9, 10)
 
 
@@ -121,10 +121,10 @@ def test_row_counts_follow_every_batch(module_sessions):
         assert metric_store.metrics_version(s, run_id) == (2, 1)
         metric_store.log_metrics(s, run_id, [("y", 3, 9.0, 1.0), ("z", 1, 1.0, 1.0)])  # y: an older step
         assert metric_store.metrics_version(s, run_id) == (4, 2)
-        assert store.latest_values(s, [run_id])[run_id] == {"y": 2.0, "z": 1.0}
+        assert run_store.latest_values(s, [run_id])[run_id] == {"y": 2.0, "z": 1.0}
         # steps sent again (a retried or replayed batch) are stored once and counted once
         rows = [("y", 6, 7.0, 2.0), ("y", 7, 3.0, 2.0), ("y", 7, 4.0, 2.0)]
         assert metric_store.log_metrics(s, run_id, rows) == 1
         assert metric_store.metrics_version(s, run_id) == (5, 2)
-        assert store.latest_values(s, [run_id])[run_id] == {"y": 3.0, "z": 1.0}
+        assert run_store.latest_values(s, [run_id])[run_id] == {"y": 3.0, "z": 1.0}
         assert metric_store.read_metrics(s, run_id, ["y"])["y"].value == [9.0, 1.0, 2.0, 3.0]

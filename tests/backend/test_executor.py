@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from backend.errors import Busy
+from backend.schemas.errors import Busy
 from backend.services.executor import BoundedExecutor
 
 

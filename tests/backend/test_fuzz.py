@@ -14,9 +14,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from backend.reference import EXPERIMENT as PAPER
-
 from backend.app import create_app
+from backend.seed.paper import EXPERIMENT as PAPER
 from tests.backend.conftest import make_settings
 
 MAX_EXAMPLES = 60

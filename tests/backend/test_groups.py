@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from backend import metric_store, store
-from backend.db import transaction
-from backend.groups import align, describe
+from backend.store import metric_store, run_store
+from backend.store.db import transaction
+from backend.store.groups import align, describe
 
 API = "/api/v1"
 RNG = np.random.default_rng(7)
@@ -70,14 +70,14 @@ def seeded(client) -> dict[str, list[int]]:
     with transaction(client.app.state.sessions) as s:
         for exp, group, seeds in (("grp-exp", "a", 3), ("grp-exp", "b", 2), ("grp-other", "a", 2)):
             for seed in range(seeds):
-                run_id = store.create_run(s, name=f"{group}-s{seed}", experiment=exp, status="FINISHED",
+                run_id = run_store.create_run(s, name=f"{group}-s{seed}", experiment=exp, status="FINISHED",
                                           source="suite", group=group, seed=seed, tags=["t"] if exp == "grp-exp" else [])
                 curve = RNG.normal(2.0, 0.5, 10)
                 metric_store.log_metrics(s, run_id, [("val_loss", step, float(v), 0.0)
                                                      for step, v in enumerate(curve)])
                 metric_store.log_metrics(s, run_id, [("acr", 9, 0.25 * (seed + 1), 0.0)])
                 ids.setdefault(f"{exp}/{group}", []).append(run_id)
-        store.create_run(s, name="no group", experiment="grp-exp", status="FINISHED")
+        run_store.create_run(s, name="no group", experiment="grp-exp", status="FINISHED")
     return ids
 
 

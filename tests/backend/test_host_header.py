@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from aah_launcher import serve
-from backend.middleware import host_allowed
+from backend.api.middleware import host_allowed
 from tests.frontend.stack import running_api
 
 API = "/api/v1"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from aah_core.checkpoint import load_checkpoint
-from aah_core.generate import generate
+from aah_core.inference.generate import generate
 from tests.backend.conftest import TINY_PLAN
 
 API = "/api/v1"

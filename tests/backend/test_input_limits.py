@@ -13,12 +13,12 @@ import httpx
 import pytest
 
 from aah_client import ApiClient
-from backend import catalog
-from backend.db import make_engine, make_session_factory, transaction
-from backend.migrate import upgrade
-from backend.reference import EXPERIMENT as PAPER
-from backend.seed import DEMO_ID
-from backend.view_schemas import MAX_VIEW_STATE_DEPTH
+from backend.schemas.views import MAX_VIEW_STATE_DEPTH
+from backend.seed.demo import DEMO_ID
+from backend.seed.paper import EXPERIMENT as PAPER
+from backend.store import catalog
+from backend.store.db import make_engine, make_session_factory, transaction
+from backend.store.migrate import upgrade
 from tests.frontend.stack import running_api
 
 API = "/api/v1"

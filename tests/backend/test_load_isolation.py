@@ -22,10 +22,10 @@ import pytest
 import uvicorn
 from sqlalchemy import Engine, event
 
-from backend import metric_store, store
 from backend.app import create_app
-from backend.db import transaction
 from backend.services import analysis
+from backend.store import metric_store, run_store
+from backend.store.db import transaction
 from tests.backend.conftest import make_settings
 from tests.frontend.stack import free_port
 
@@ -60,7 +60,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, tiny_demo: Path) -> Iterator[
     app = create_app(settings)
     with serving(app) as url:
         with transaction(app.state.sessions) as s:
-            run_id = store.create_run(s, name="long", experiment="load", status="FINISHED")
+            run_id = run_store.create_run(s, name="long", experiment="load", status="FINISHED")
             metric_store.log_metrics(s, run_id, [(k, step, 1.0 / step, 1.7e9 + step)
                                                  for step in range(1, 10_001) for k in ("train_loss", "lr")])
         app.state.long_run = run_id
@@ -236,6 +236,6 @@ def test_health_counts_follow_the_store_without_a_query_per_request(live):
     url, app = live
     before = httpx.get(url + API + "/health", timeout=10).json()["runs"]
     with transaction(app.state.sessions) as s:
-        store.create_run(s, name="counted", experiment="load", status="FINISHED")
+        run_store.create_run(s, name="counted", experiment="load", status="FINISHED")
     wait_until(lambda: httpx.get(url + API + "/health", timeout=10).json()["runs"] == before + 1,
                "the new run in /health's count", timeout=15)

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from aah_core.analysis.evaluate import evaluate_loss, make_eval_batch
 from aah_core.checkpoint import load_checkpoint
-from aah_core.evaluate import evaluate_loss, make_eval_batch
 from tests.backend.conftest import TINY_PLAN
 
 API = "/api/v1"

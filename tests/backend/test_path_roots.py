@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from aah_core.checkpoint import FORMAT
-from backend import catalog, store
-from backend.db import make_engine, make_session_factory, transaction
-from backend.migrate import upgrade
-from backend.worker import run_job
+from backend.jobs.worker import run_job
+from backend.store import catalog, run_store
+from backend.store.db import make_engine, make_session_factory, transaction
+from backend.store.migrate import upgrade
 from tests.frontend.stack import running_api
 
 API = "/api/v1"
@@ -123,10 +123,10 @@ def test_the_worker_refuses_an_outside_corpus_itself(tmp_path):
     config = {"preset": "tiny", "data": {"corpus": str(data / "link.txt")}}
     (data / "link.txt").symlink_to(outside / "secret.txt")
     with transaction(make_session_factory(engine)) as s:
-        run_id = store.create_run(s, name="x", experiment="x", config=config)
+        run_id = run_store.create_run(s, name="x", experiment="x", config=config)
     assert run_job(data / "aah.db", run_id, data) == 1
     with transaction(make_session_factory(engine)) as s:
-        run = store.get_run(s, run_id)
+        run = run_store.get_run(s, run_id)
     engine.dispose()
     assert run.status == "FAILED" and "allowed root" in run.error and str(data) in run.error
     assert str(outside) not in run.error and str(len(SECRET)) not in run.error

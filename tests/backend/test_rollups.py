@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from backend import metric_store, rollups, store
-from backend.db import make_session_factory, transaction
-from backend.migrate import upgrade
-from backend.models import MetricRollup
+from backend.store import metric_store, rollups, run_store
+from backend.store.db import make_session_factory, transaction
+from backend.store.migrate import upgrade
+from backend.store.tables import MetricRollup
 from tests.backend.conftest import OLD_EXPERIMENT, old_store
 
 
@@ -55,7 +55,7 @@ point = st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 20_000), values)
        resend=st.booleans())
 def test_rollups_match_the_stored_rows_after_any_batches(module_sessions, batches, resend):
     with transaction(module_sessions) as s:
-        run_id = store.create_run(s, name="rollups", experiment="rollups")
+        run_id = run_store.create_run(s, name="rollups", experiment="rollups")
     if resend:  # a retried batch: every step already stored, other values (which must not count)
         batches.append([(key, step, -1e9) for key, step, _ in batches[0]])
     for n, batch in enumerate(batches):  # timestamps tell the batches apart

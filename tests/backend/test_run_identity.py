@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from backend import store
-from backend.db import transaction
+from backend.store import run_store
+from backend.store.db import transaction
 
 API = "/api/v1"
 
@@ -14,9 +14,9 @@ API = "/api/v1"
 def grouped(client) -> list[int]:
     """Three seeds of one group (source suite) and one tracked run with a tag."""
     with transaction(client.app.state.sessions) as s:
-        ids = [store.create_run(s, name=f"row-s{seed}", experiment="ident", status="FINISHED", source="suite",
+        ids = [run_store.create_run(s, name=f"row-s{seed}", experiment="ident", status="FINISHED", source="suite",
                                 group="row", seed=seed) for seed in range(3)]
-        ids.append(store.create_run(s, name="far away", experiment="ident", source="tracked", tags=["gpu", "a100"]))
+        ids.append(run_store.create_run(s, name="far away", experiment="ident", source="tracked", tags=["gpu", "a100"]))
     return ids
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from backend import metric_store, store
-from backend.db import transaction
+from backend.store import metric_store, run_store
+from backend.store.db import transaction
 from tests.backend.conftest import TINY_PLAN
 from tests.conftest import DATABASES
 
@@ -20,14 +20,14 @@ def logged_run(client) -> int:
     """A run with metrics (including NaN and inf) and two plans, written through the store."""
     sessions = client.app.state.sessions
     with transaction(sessions) as s:
-        run_id = store.create_run(s, name="logged", experiment="tests", status="FINISHED", preset="tiny",
+        run_id = run_store.create_run(s, name="logged", experiment="tests", status="FINISHED", preset="tiny",
                                   params={"train.lr": "0.001"}, seq_len=64)
         rows = [("train_loss", step, 5.0 - step / 10, 100.0 + step) for step in range(1, 11)]
         rows += [("val_loss", 5, 4.5, 105.0), ("val_loss", 10, float("nan"), 110.0)]
         rows += [("grad_norm", 3, float("inf"), 103.0), ("grad_norm", 4, float("-inf"), 104.0)]
         metric_store.log_metrics(s, run_id, rows)
-        store.log_plan(s, run_id, 5, [[64, 64], [64, 64]])
-        store.log_plan(s, run_id, 10, [[4, None], [16, 8]])
+        run_store.log_plan(s, run_id, 5, [[64, 64], [64, 64]])
+        run_store.log_plan(s, run_id, 10, [[4, None], [16, 8]])
     return run_id
 
 
@@ -238,7 +238,7 @@ def test_openapi_documents_errors_and_auth(client):
 def test_metric_reads_see_new_rows_despite_the_response_cache(client):
     sessions = client.app.state.sessions
     with transaction(sessions) as s:
-        run_id = store.create_run(s, name="growing", experiment="tests", status="RUNNING")
+        run_id = run_store.create_run(s, name="growing", experiment="tests", status="RUNNING")
         metric_store.log_metrics(s, run_id, [("loss", 1, 1.0, 1.0)])
     url = f"{API}/runs/{run_id}/metrics"
     assert client.get(url).json()["series"]["loss"]["step"] == [1]

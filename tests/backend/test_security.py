@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from backend import catalog, store
 from backend.app import create_app
-from backend.db import make_engine, make_session_factory, transaction
-from backend.migrate import upgrade
+from backend.store import catalog, run_store
+from backend.store.db import make_engine, make_session_factory, transaction
+from backend.store.migrate import upgrade
 from tests.backend.conftest import make_settings
 
 API = "/api/v1"
@@ -75,7 +75,7 @@ def test_stale_running_runs_fail_at_startup(tmp_path):
     engine = make_engine(settings.db_path)
     upgrade(engine)
     with transaction(make_session_factory(engine)) as s:
-        run_id = store.create_run(s, name="orphan", experiment="x", status="RUNNING")
+        run_id = run_store.create_run(s, name="orphan", experiment="x", status="RUNNING")
     engine.dispose()
     with TestClient(create_app(settings)) as c:
         run = c.get(f"{API}/runs/{run_id}").json()

@@ -16,9 +16,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from backend import db
 from backend.app import create_app
 from backend.services.worker_env import worker_env
+from backend.store import db
 from tests.backend.conftest import make_settings
 from tests.frontend.stack import api_command, free_port, stop_process, wait_ready
 
@@ -139,7 +139,7 @@ def test_a_store_locked_past_the_busy_timeout_answers_503(tmp_path, monkeypatch)
 
 def _worker_environ(run_id: int, data: Path) -> list[bytes]:
     """The environment the worker process of `run_id` was started with (Linux /proc)."""
-    wanted = ["-m", "backend.worker", "--run-id", str(run_id), "--data-dir", str(data)]
+    wanted = ["-m", "backend.jobs.worker", "--run-id", str(run_id), "--data-dir", str(data)]
     for proc in Path("/proc").iterdir():
         try:
             args = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0")]

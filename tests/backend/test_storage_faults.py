@@ -17,18 +17,19 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from aah_core.checkpoint import load_checkpoint
 from aah_core.config import apply_overrides
 from aah_core.presets import get_preset
 from aah_core.train import Callback, train
-from backend import spool, store
 from backend.app import create_app
-from backend.db import make_engine, make_session_factory, transaction
-from backend.migrate import upgrade
-from backend.models import Metric
-from backend.sink import SqliteMetricsSink
+from backend.jobs import spool
+from backend.jobs.sink import SqliteMetricsSink
+from backend.store import run_store
+from backend.store.db import make_engine, make_session_factory, transaction
+from backend.store.migrate import upgrade
+from backend.store.tables import Metric
 from tests.backend.conftest import make_settings
 from tests.frontend.stack import ROOT, api_command, free_port
 
@@ -42,7 +43,7 @@ def _store(data: Path, busy_timeout_ms: int = 30_000):  # noqa: ANN202
     upgrade(engine)
     sessions = make_session_factory(engine)
     with transaction(sessions) as s:
-        run_id = store.create_run(s, name="fault", experiment="x", preset="tiny")
+        run_id = run_store.create_run(s, name="fault", experiment="x", preset="tiny")
     return sessions, run_id
 
 
@@ -84,7 +85,7 @@ def test_a_write_lock_held_past_the_busy_timeout_loses_no_metric_and_no_weights(
     assert _train_loss_steps(sessions, run_id) == list(range(1, STEPS + 1))
     assert not sink.spool_path.exists()
     with transaction(sessions) as s:
-        run = store.get_run(s, run_id)
+        run = run_store.get_run(s, run_id)
     assert run.status == "FINISHED" and run.progress.step == STEPS and run.checkpoint == f"runs/{run_id}/checkpoint"
     assert load_checkpoint(tmp_path / run.checkpoint).meta["step"] == STEPS
 
@@ -95,8 +96,8 @@ FULL_DISK = textwrap.dedent("""
     from aah_core.config import apply_overrides
     from aah_core.presets import get_preset
     from aah_core.train import Callback, train
-    from backend.db import make_engine, make_session_factory
-    from backend.sink import SqliteMetricsSink
+    from backend.store.db import make_engine, make_session_factory
+    from backend.jobs.sink import SqliteMetricsSink
 
     data, run_id, steps = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     sessions = make_session_factory(make_engine(data / "aah.db"))
@@ -135,7 +136,7 @@ def test_a_full_disk_during_training_loses_no_metric_and_no_weights(tmp_path):
     assert "the store failed" in out.stderr and "checkpoint not written" in out.stderr
     assert _train_loss_steps(sessions, run_id) == list(range(1, STEPS + 1))
     with transaction(sessions) as s:
-        run = store.get_run(s, run_id)
+        run = run_store.get_run(s, run_id)
     assert run.status == "FINISHED" and run.checkpoint
     assert load_checkpoint(tmp_path / run.checkpoint).meta["step"] == STEPS
     assert not spool.spool_path(tmp_path, run_id).exists()
@@ -144,7 +145,7 @@ def test_a_full_disk_during_training_loses_no_metric_and_no_weights(tmp_path):
 def test_a_dead_workers_spool_and_end_reach_the_store_at_start(tmp_path):
     sessions, run_id = _store(tmp_path)
     with transaction(sessions) as s:
-        store.update_run(s, run_id, status="RUNNING", pid=2**22 + 7)  # no such process
+        run_store.update_run(s, run_id, status="RUNNING", pid=2**22 + 7)  # no such process
     spool.append(spool.spool_path(tmp_path, run_id), [
         {"op": "metrics", "rows": [["train_loss", 1, 2.5, 1.0], ["train_loss", 2, float("nan"), 2.0]]},
         {"op": "run", "fields": {"progress_step": 2}},
@@ -169,7 +170,7 @@ def test_a_run_that_fails_mid_training_keeps_its_weights(tmp_path):
     with pytest.raises(RuntimeError, match="loader broke"):
         train(config, tmp_path / "runs" / str(run_id) / "checkpoint", [sink, _At({7: boom})])
     with transaction(sessions) as s:
-        run = store.get_run(s, run_id)
+        run = run_store.get_run(s, run_id)
     assert run.status == "FAILED" and "loader broke" in run.error
     assert run.checkpoint and load_checkpoint(tmp_path / run.checkpoint).meta["step"] == 7
 
@@ -206,7 +207,7 @@ def test_the_end_of_a_worker_is_recorded_after_the_store_was_locked(tmp_path, mo
 
     sessions, run_id = _store(tmp_path, busy_timeout_ms=100)
     with transaction(sessions) as s:
-        store.update_run(s, run_id, status="RUNNING")
+        run_store.update_run(s, run_id, status="RUNNING")
     (tmp_path / "worker.log").write_text("ValueError: the corpus broke\n")
     process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     process.wait()
@@ -217,5 +218,5 @@ def test_the_end_of_a_worker_is_recorded_after_the_store_was_locked(tmp_path, mo
     threading.Timer(1.0, locker.execute, args=("ROLLBACK",)).start()
     manager._watch(jobs.Job(run_id, process, tmp_path / "worker.log"))
     with transaction(sessions) as s:
-        run = store.get_run(s, run_id)
+        run = run_store.get_run(s, run_id)
     assert run.status == "FAILED" and run.error == "worker exited with code 3: ValueError: the corpus broke"

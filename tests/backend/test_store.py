@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import re
 import threading
-from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -15,13 +14,13 @@ from alembic.script import ScriptDirectory
 from pydantic import ValidationError
 from sqlalchemy import delete, func, inspect, select, text
 
-from backend import metric_store, store
-from backend.db import make_engine, make_session_factory, parse_database_url, transaction
-from backend.errors import Conflict, NotFound
-from backend.migrate import MIGRATIONS_DIR, alembic_config, migrate, upgrade
-from backend.models import Base, LatestMetric, Metric, MetricRollup, Run
+from backend.jobs.sink import SqliteMetricsSink
+from backend.schemas.errors import Conflict, NotFound
 from backend.settings import Settings
-from backend.sink import SqliteMetricsSink
+from backend.store import metric_store, run_store
+from backend.store.db import make_engine, make_session_factory, parse_database_url, transaction
+from backend.store.migrate import MIGRATIONS_DIR, alembic_config, migrate, upgrade
+from backend.store.tables import Base, LatestMetric, Metric, MetricRollup, Run
 from tests.backend.conftest import OLD_EXPERIMENT, old_store
 
 
@@ -94,7 +93,7 @@ def test_a_fresh_store_migrates_up_and_down(store_url):
     assert _tables(engine) <= {"alembic_version"}
     upgrade(engine)
     with transaction(make_session_factory(engine)) as s:
-        run_id = store.create_run(s, name="again", experiment="e")
+        run_id = run_store.create_run(s, name="again", experiment="e")
         metric_store.log_metrics(s, run_id, [("loss", 1, 2.0, 1.0)])
         assert metric_store.read_metrics(s, run_id)["loss"].value == [2.0]
     engine.dispose()
@@ -116,10 +115,10 @@ def test_upgrading_an_old_store_keeps_every_row(store_url):
     upgrade(engine)
     sessions = make_session_factory(engine)
     with transaction(sessions) as s:
-        assert store.get_run(s, run_id).source == "job"
-        assert store.get_run(s, run_id).params == {"lr": "0.1"}
+        assert run_store.get_run(s, run_id).source == "job"
+        assert run_store.get_run(s, run_id).params == {"lr": "0.1"}
         assert metric_store.read_metrics(s, run_id)["loss"].value == [2.0]
-        assert store.read_plan(s, run_id).windows == [[4, None]]
+        assert run_store.read_plan(s, run_id).windows == [[4, None]]
         if engine.dialect.name == "sqlite":
             assert s.execute(text("PRAGMA foreign_keys")).scalar() == 1
     engine.dispose()
@@ -127,21 +126,21 @@ def test_upgrading_an_old_store_keeps_every_row(store_url):
 
 def test_run_ids_are_never_reused(sessions):
     with transaction(sessions) as s:
-        first = store.create_run(s, name="a", experiment="e")
+        first = run_store.create_run(s, name="a", experiment="e")
         s.execute(delete(Run).where(Run.id == first))
-        assert store.create_run(s, name="b", experiment="e") == first + 1
+        assert run_store.create_run(s, name="b", experiment="e") == first + 1
 
 
 def test_nonfinite_values_round_trip_as_null(sessions):
     with transaction(sessions) as s:
-        run_id = store.create_run(s, name="r", experiment="e")
+        run_id = run_store.create_run(s, name="r", experiment="e")
         metric_store.log_metrics(s, run_id, [("x", 1, math.nan, 1.0), ("x", 2, math.inf, 2.0),
                                              ("x", 3, -math.inf, 3.0), ("x", 4, 1.5, 4.0)])
     with transaction(sessions) as s:
         specials = list(s.scalars(select(Metric.special).order_by(Metric.step)))
         assert specials == ["nan", "inf", "-inf", None]
         assert metric_store.read_metrics(s, run_id)["x"].value == [None, None, None, 1.5]
-        assert store.latest_values(s, [run_id])[run_id] == {"x": 1.5}
+        assert run_store.latest_values(s, [run_id])[run_id] == {"x": 1.5}
 
 
 
@@ -152,7 +151,7 @@ def test_any_key_and_number_arrive_exactly(sessions):
     rows = [(k, step, values[(i + step) % len(values)], 1.7e9 + step / 3)
             for i, k in enumerate(keys) for step in (0, 1, 2**62)]
     with transaction(sessions) as s:
-        run_id = store.create_run(s, name="r", experiment="e")
+        run_id = run_store.create_run(s, name="r", experiment="e")
         assert metric_store.log_metrics(s, run_id, rows) == len(rows)
     with transaction(sessions) as s:
         stored = s.execute(select(Metric.key, Metric.step, Metric.value, Metric.timestamp)
@@ -162,24 +161,24 @@ def test_any_key_and_number_arrive_exactly(sessions):
 
 def test_latest_value_follows_the_highest_step(sessions):
     with transaction(sessions) as s:
-        run_id = store.create_run(s, name="r", experiment="e")
+        run_id = run_store.create_run(s, name="r", experiment="e")
         metric_store.log_metrics(s, run_id, [("x", 5, 5.0, 1.0)])
         metric_store.log_metrics(s, run_id, [("x", 3, 3.0, 2.0)])  # a late, older step does not win
-        assert store.latest_values(s, [run_id])[run_id] == {"x": 5.0}
+        assert run_store.latest_values(s, [run_id])[run_id] == {"x": 5.0}
 
 
 def test_params_are_write_once(sessions):
     with transaction(sessions) as s:
-        run_id = store.create_run(s, name="r", experiment="e", params={"lr": "0.1"})
-        store.log_params(s, run_id, {"lr": "0.1", "seed": "0"})
+        run_id = run_store.create_run(s, name="r", experiment="e", params={"lr": "0.1"})
+        run_store.log_params(s, run_id, {"lr": "0.1", "seed": "0"})
         with pytest.raises(Conflict, match="params cannot change"):
-            store.log_params(s, run_id, {"lr": "0.2"})
+            run_store.log_params(s, run_id, {"lr": "0.2"})
 
 
 def test_one_writer_and_eight_readers_lose_nothing(sessions, tmp_path):
     """A training-style sink writes in batches while 8 threads keep reading series and summaries."""
     with transaction(sessions) as s:
-        run_id = store.create_run(s, name="load", experiment="e")
+        run_id = run_store.create_run(s, name="load", experiment="e")
     sink = SqliteMetricsSink(sessions, run_id, tmp_path, seq_len=64, flush_rows=97, flush_s=0.05)
     n_steps, keys = 400, ("train_loss", "lr", "tokens_per_s")
     stop = threading.Event()
@@ -193,7 +192,7 @@ def test_one_writer_and_eight_readers_lose_nothing(sessions, tmp_path):
                     series = metric_store.read_metrics(s, run_id, ["train_loss"])
                     steps = series["train_loss"].step if series else []
                     assert steps == sorted(steps) and len(steps) == len(set(steps))
-                    store.get_run(s, run_id)
+                    run_store.get_run(s, run_id)
                 reads[i] += 1
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
@@ -213,13 +212,13 @@ def test_one_writer_and_eight_readers_lose_nothing(sessions, tmp_path):
     assert all(n > 0 for n in reads)
     with transaction(sessions) as s:
         assert s.scalar(select(func.count()).select_from(Metric).where(Metric.run_id == run_id)) == n_steps * 3
-        assert store.get_run(s, run_id).summary == {k: n_steps * 0.5 for k in sorted(keys)}
+        assert run_store.get_run(s, run_id).summary == {k: n_steps * 0.5 for k in sorted(keys)}
 
 
 def test_writers_of_overlapping_batches_at_once_store_each_step_once(sessions):
     """Four writers (a client retrying while its first try still runs) send overlapping batches together."""
     with transaction(sessions) as s:
-        run_id = store.create_run(s, name="retries", experiment="e")
+        run_id = run_store.create_run(s, name="retries", experiment="e")
     batches = [[(k, step, float(w), 1.0) for k in ("a", "b") for step in range(w * 50, w * 50 + 200)]
                for w in range(4)]
     start = threading.Barrier(len(batches))
@@ -246,24 +245,24 @@ def test_writers_of_overlapping_batches_at_once_store_each_step_once(sessions):
         assert metric_store.metrics_version(s, run_id) == (2 * n_steps, 2)
         steps = metric_store.read_metrics(s, run_id)["a"].step
         assert steps == list(range(n_steps))
-        assert store.latest_values(s, [run_id])[run_id] == {"a": 3.0, "b": 3.0}
+        assert run_store.latest_values(s, [run_id])[run_id] == {"a": 3.0, "b": 3.0}
 
 
 def test_metrics_need_their_run_and_go_with_it(sessions):
     """Metric rows have no foreign key (a per-row check cost a third of a PostgreSQL batch): a batch for
     a run that does not exist is refused whole, and deleting runs deletes their points and rollups."""
     with transaction(sessions) as s:
-        kept, gone = (store.create_run(s, name=name, experiment="fk") for name in ("kept", "gone"))
+        kept, gone = (run_store.create_run(s, name=name, experiment="fk") for name in ("kept", "gone"))
         for run_id in (kept, gone):
             metric_store.log_metrics(s, run_id, [("loss", step, 1.0 / step, 1.0) for step in range(1, 100)])
     with pytest.raises(NotFound, match="run 999"), transaction(sessions) as s:
         metric_store.log_metrics(s, 999, [("loss", 1, 1.0, 1.0)])
     with transaction(sessions) as s:
-        store.delete_runs(s, [gone])
+        run_store.delete_runs(s, [gone])
     with transaction(sessions) as s:
         for table in (Metric, MetricRollup, LatestMetric):
             owners = set(s.scalars(select(table.run_id).distinct()))
             assert owners == {kept}, table.__tablename__
         assert metric_store.read_metrics(s, kept)["loss"].step == list(range(1, 100))
         with pytest.raises(NotFound):
-            store.get_run(s, gone)
+            run_store.get_run(s, gone)

@@ -12,10 +12,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from aah_core.checkpoint import FILES
-from backend import metric_store, store
-from backend.db import transaction
-from backend.models import Metric
-from backend.tracking_schemas import MAX_METRICS_PER_BATCH
+from backend.schemas.tracking import MAX_METRICS_PER_BATCH
+from backend.store import metric_store, run_store
+from backend.store.db import transaction
+from backend.store.tables import Metric
 from tests.conftest import DATABASES
 
 API = "/api/v1/tracking/runs"
@@ -100,7 +100,7 @@ def test_series_columns_arrive_exactly_and_a_step_sent_twice_is_stored_once(clie
     assert stored_points(client, run_id) == [*expected[:6], ("loss", 11, 1.0, None, 6.0), *expected[6:]]
     with transaction(client.app.state.sessions) as s:
         assert metric_store.metrics_version(s, run_id) == (10, 3)
-        assert store.latest_values(s, [run_id])[run_id] == {"grad": None, "loss": 1.0, "lr": 0.1 + 0.2}
+        assert run_store.latest_values(s, [run_id])[run_id] == {"grad": None, "loss": 1.0, "lr": 0.1 + 0.2}
     assert client.get(f"/api/v1/runs/{run_id}").json()["progress"]["step"] == 20
 
 
@@ -129,7 +129,7 @@ def test_log_refuses_bad_plans_and_foreign_runs(client, tiny_demo):
     r = client.post(f"{API}/{run_id}/log", json={"plans": [{"step": 1, "windows": [[4, 4, 4], [4, 4, 4]]}]})
     assert r.status_code == 422 and "plans.0" in r.json()["detail"]
     with transaction(client.app.state.sessions) as s:
-        job = store.create_run(s, name="job", experiment="jobs")
+        job = run_store.create_run(s, name="job", experiment="jobs")
     r = client.post(f"{API}/{job}/log", json={"metrics": []})
     assert r.status_code == 409 and "'job' run" in r.json()["detail"]
     paper = client.get("/api/v1/runs", params={"source": "paper"}).json()[0]["id"]

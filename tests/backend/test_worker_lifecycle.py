@@ -17,12 +17,13 @@ from fastapi.testclient import TestClient
 
 from aah_core.config import apply_overrides
 from aah_core.presets import get_preset
-from backend import store
 from backend.app import create_app
-from backend.db import make_engine, make_session_factory, transaction
-from backend.migrate import upgrade
-from backend.models import Run
-from backend.services.workers import SERVICE_STOPPED, find_worker
+from backend.jobs.lifecycle import SERVICE_STOPPED
+from backend.services.workers import find_worker
+from backend.store import run_store
+from backend.store.db import make_engine, make_session_factory, transaction
+from backend.store.migrate import upgrade
+from backend.store.tables import Run
 from tests.backend.conftest import make_settings
 from tests.frontend.stack import ROOT, api_command, free_port, wait_ready
 
@@ -115,11 +116,11 @@ def test_a_sigkilled_server_takes_its_worker_along_and_the_restart_shows_the_tru
 def _scheduled_run(sessions) -> int:  # noqa: ANN001
     config = apply_overrides(get_preset("tiny"), LONG)
     with transaction(sessions) as s:
-        return store.create_run(s, name="stray", experiment="default", preset="tiny", config=config.to_dict())
+        return run_store.create_run(s, name="stray", experiment="default", preset="tiny", config=config.to_dict())
 
 
 def _worker_cmd(run_id: int, data: Path) -> list[str]:
-    return [sys.executable, "-m", "backend.worker", "--run-id", str(run_id), "--data-dir", str(data)]
+    return [sys.executable, "-m", "backend.jobs.worker", "--run-id", str(run_id), "--data-dir", str(data)]
 
 
 def _env() -> dict[str, str]:
@@ -146,7 +147,7 @@ def test_a_restarted_server_stops_a_stray_worker_and_records_one_end(tmp_path):
 
 def _progress(sessions, run_id: int) -> int:  # noqa: ANN001
     with transaction(sessions) as s:
-        return store.get_run(s, run_id).progress.step if store.get_run(s, run_id).progress else 0
+        return run_store.get_run(s, run_id).progress.step if run_store.get_run(s, run_id).progress else 0
 
 
 def test_the_job_cap_counts_a_live_worker_another_server_started(tmp_path):
@@ -170,7 +171,7 @@ def test_the_job_cap_counts_a_live_worker_another_server_started(tmp_path):
         other.send_signal(signal.SIGINT)
         other.wait(60)
     with transaction(sessions) as s:
-        run = store.get_run(s, run_id)
+        run = run_store.get_run(s, run_id)
     assert run.status == "KILLED" and run.error == "cancelled by the user"
 
 
@@ -181,10 +182,10 @@ def test_a_run_whose_worker_died_ends_failed_and_a_cancel_does_not_relabel_it(tm
     with TestClient(create_app(settings)) as client:
         sessions = client.app.state.sessions
         with transaction(sessions) as s:  # as a worker that died unrecorded (e.g. disk full) leaves it
-            ticked = store.create_run(s, name="dead", experiment="x", status="RUNNING")
-            cancelled = store.create_run(s, name="dead too", experiment="x", status="RUNNING")
-            store.update_run(s, ticked, pid=dead.pid)
-            store.update_run(s, cancelled, pid=dead.pid)
+            ticked = run_store.create_run(s, name="dead", experiment="x", status="RUNNING")
+            cancelled = run_store.create_run(s, name="dead too", experiment="x", status="RUNNING")
+            run_store.update_run(s, ticked, pid=dead.pid)
+            run_store.update_run(s, cancelled, pid=dead.pid)
         r = client.post(f"{API}/runs/{cancelled}/cancel")
         assert r.status_code == 409 and "already ended (FAILED)" in r.json()["detail"]
         run = client.get(f"{API}/runs/{cancelled}").json()

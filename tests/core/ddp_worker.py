@@ -4,7 +4,6 @@ import os
 import sys
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
 

@@ -5,12 +5,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from aah_core.allocate import allocate
+from aah_core.analysis.allocate import allocate
+from aah_core.analysis.evaluate import make_eval_batch
 from aah_core.checkpoint import load_checkpoint
 from aah_core.config import apply_overrides
-from aah_core.cost import ModelShape, plan_cost
 from aah_core.errors import InvalidConfig
-from aah_core.evaluate import make_eval_batch
+from aah_core.inference.cost import ModelShape, plan_cost
 from aah_core.presets import get_preset
 from aah_core.train import train
 from aah_core.windows import acr, causal_coverage
@@ -33,7 +33,7 @@ def trained(tmp_path_factory):
 
 def uniform_loss_within(model, batch, budget, metric):
     """The best (largest) uniform plan whose coverage fits the budget, and its loss."""
-    from aah_core.evaluate import evaluate_loss
+    from aah_core.analysis.evaluate import evaluate_loss
 
     T = model.config.seq_len
     fits = [w for w in sorted({min(b, T) for b in model.buckets})
@@ -81,10 +81,10 @@ def test_full_budget_keeps_the_full_plan(trained):
 
 
 def test_allocation_weighs_moves_by_the_diagnostics_sensitivity_sweep(trained, monkeypatch):
-    """One sweep serves the allocator and GET /sensitivity (aah_core.diagnostics), so the table the
+    """One sweep serves the allocator and GET /sensitivity (aah_core.analysis.diagnostics), so the table the
     dashboard shows is the one the allocator ranks moves by."""
-    import aah_core.allocate as allocate_module
-    from aah_core.diagnostics import sensitivity_sweep
+    import aah_core.analysis.allocate as allocate_module
+    from aah_core.analysis.diagnostics import sensitivity_sweep
 
     model, batch = trained
     seen = []

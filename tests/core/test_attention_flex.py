@@ -7,8 +7,7 @@ Compiling costs seconds per shape on a 2-core CPU, so every CPU call here shares
 import pytest
 import torch
 
-from aah_core.attention import available_backends, windowed_attention
-from aah_core.attention import flex
+from aah_core.attention import available_backends, flex, windowed_attention
 from aah_core.attention.masks import generate_window_mask, window_block_tables
 from aah_core.errors import BackendUnavailable
 

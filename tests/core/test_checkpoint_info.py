@@ -7,7 +7,6 @@ import re
 
 import pytest
 import torch
-
 from safetensors.torch import load_file, save_file
 
 from aah_core.checkpoint import load_checkpoint, read_checkpoint_info, save_checkpoint, verify_checkpoint

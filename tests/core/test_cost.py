@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from aah_core.config import ModelConfig
-from aah_core.cost import ModelShape, check_context, measure_cost, plan_cost
 from aah_core.errors import AAHError
-from aah_core.generate import forward_cached, new_cache
+from aah_core.inference.cost import ModelShape, check_context, measure_cost, plan_cost
+from aah_core.inference.generate import forward_cached, new_cache
 from aah_core.model import WindowedGPT
 
 

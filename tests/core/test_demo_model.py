@@ -4,11 +4,10 @@ import statistics
 from pathlib import Path
 
 import pytest
-import torch
 
+from aah_core.analysis.evaluate import PrefixCachedEvaluator
 from aah_core.checkpoint import load_checkpoint
 from aah_core.data import DataStream, copy_chance
-from aah_core.evaluate import PrefixCachedEvaluator
 
 DEMO = Path(__file__).resolve().parents[2] / "data" / "demo"
 

@@ -9,8 +9,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from aah_core.analysis.evaluate import PrefixCachedEvaluator, evaluate_loss, make_eval_batch
 from aah_core.controller.learned import soft_window_bias
-from aah_core.evaluate import PrefixCachedEvaluator, evaluate_loss, make_eval_batch
 from aah_core.model import Rotary, WindowedGPT
 from aah_core.presets import get_preset
 from aah_core.train import device_and_backend, model_and_controller

@@ -1,10 +1,10 @@
 import pytest
 import torch
 
+from aah_core.analysis.evaluate import PrefixCachedEvaluator, evaluate_loss
 from aah_core.attention import available_backends
 from aah_core.config import ModelConfig
 from aah_core.data import EvalBatch
-from aah_core.evaluate import PrefixCachedEvaluator, evaluate_loss
 from aah_core.model import WindowedGPT, token_losses
 
 CPU_TRAIN_BACKENDS = [b for b in available_backends("cpu") if b not in ("flex",)]

@@ -7,7 +7,7 @@ import math
 import statistics
 
 from aah_client import ApiError
-from aah_core.cost import ModelShape, plan_cost
+from aah_core.inference.cost import ModelShape, plan_cost
 from aah_core.windows import coverage_metrics, validate_plan
 
 N_LAYER, N_HEAD, T = 2, 4, 32

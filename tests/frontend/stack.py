@@ -77,7 +77,7 @@ def stop_process(proc: subprocess.Popen) -> None:
 def api_command(port: int, host: str = "127.0.0.1") -> list[str]:
     """The API's command line, as the launchers run it."""
     return [sys.executable, "-m", "uvicorn", "backend.app:app", "--host", host, "--port", str(port),
-            "--http", "backend.protocol:TimedH11Protocol"]
+            "--http", "backend.api.protocol:TimedH11Protocol"]
 
 
 @contextlib.contextmanager

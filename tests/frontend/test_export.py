@@ -4,7 +4,8 @@ import re
 
 import pytest
 
-from frontend import export, figures as F
+from frontend import export
+from frontend import figures as F
 
 
 def sections():

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from aah_core.analysis.evaluate import PrefixCachedEvaluator, evaluate_loss
 from aah_core.attention.reference import attention_probs
-from aah_core.errors import CheckpointError
-from aah_core.evaluate import PrefixCachedEvaluator, evaluate_loss
 from aah_core.data import EvalBatch
+from aah_core.errors import CheckpointError
 from aah_core.hf import describe_hf_model, open_hf_model
 from aah_core.model_api import WindowedLM
 from tests.hf.tiny import FAMILIES, MAX_POS, SLIDING, TEXTS, own_forward_model

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aah_core.cost import ModelShape, plan_cost
-from aah_core.generate import forward_cached, generate, new_cache
 from aah_core.hf import open_hf_model
+from aah_core.inference.cost import ModelShape, plan_cost
+from aah_core.inference.generate import forward_cached, generate, new_cache
 from tests.hf.tiny import FAMILIES
 
 T = 20

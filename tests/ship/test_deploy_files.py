@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from aah_launcher import serve
-from backend.middleware import host_allowed
+from backend.api.middleware import host_allowed
 from tests.ship.conftest import ROOT
 
 API_ENTRY = ["python", "-m", "uvicorn", "backend.app:app"]  # ARCHITECTURE.md, "Entry points"

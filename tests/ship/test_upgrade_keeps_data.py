@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from backend.app import create_app
-from backend.db import make_engine
-from backend.migrate import alembic_config, migrate
 from backend.settings import Settings
+from backend.store.db import make_engine
+from backend.store.migrate import alembic_config, migrate
 
 TABLES = ("experiments", "runs", "params", "metrics", "latest_metrics", "window_plans", "views")
 N_RUNS, N_STEPS = 3, 40

@@ -24,7 +24,7 @@ Create Date: 2026-12-01
 import sqlalchemy as sa
 from alembic import op
 
-from backend import rollups
+from backend.store import rollups
 
 revision = "0008"
 down_revision = "0007"

@@ -1,0 +1,244 @@
+"""The model endpoints' schemas: health, models, presets, live evaluation, attention, cost,
+generation (docs/api.md). Runs are in runs.py, saved views in views.py, tracking in tracking.py.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictInt
+
+from backend.schemas.base import OWN_WINDOW, AttentionWindow, EvalSet, Plan, Request, Response
+
+# ---- health, models, presets -------------------------------------------------------------
+
+class HealthResponse(Response):
+    status: str
+    version: str
+    models: int
+    runs: int
+
+
+class ModelInfo(Response):
+    id: str
+    name: str
+    n_layer: int
+    n_head: int
+    seq_len: int
+    preset: str | None
+    buckets: list[int | None]
+    n_params: int
+    run_id: int | None
+    family: str = Field(description='"aah" (AAH Studio checkpoint) or the Hugging Face model_type, e.g. "llama"')
+    dtype: str = Field(description="the dtype the model is evaluated in (float32 or bfloat16)")
+
+
+class ModelUnavailable(Response):
+    """A registered model that cannot be served here, and why (unreadable, inconsistent, too large)."""
+
+    id: str
+    name: str
+    reason: str
+
+
+class ModelCreate(Request):
+    """Register a local model folder (a Hugging Face causal LM, or an AAH Studio checkpoint) under AAH_MODEL_DIRS."""
+
+    path: str = Field(min_length=1, max_length=4096, description="the folder, absolute or relative to the first model root")
+    name: str | None = Field(None, min_length=1, max_length=200, description="display name (default: the folder's name)")
+    seq_len: int | None = Field(None, ge=2, le=1 << 20, description="evaluation context (default min(model maximum, 1024))")
+
+
+class CoverageFields(Response):
+    acr: float
+    causal_coverage: float
+    tile_coverage: float
+
+
+class CostFields(Response):
+    """Exact inference cost of a plan at context N (aah_core/cost.py), one sequence, beside the full plan."""
+
+    context: int
+    kv_bytes: int
+    kv_bytes_full: int
+    attention_pairs: int
+    attention_pairs_full: int
+
+
+class ModelWindowsResponse(CoverageFields, CostFields):
+    """Cost fields are at context = seq_len."""
+
+    model_id: str
+    seq_len: int
+    windows: list[list[int | None]]
+
+
+class TextInfo(Response):
+    id: str
+    name: str
+    kind: Literal["text", "english", "copy"]
+    n_tokens: int
+    preview: str
+
+
+class PresetInfo(Response):
+    name: str
+    description: str
+    group: str
+
+
+# ---- live evaluation ---------------------------------------------------------------------
+
+class EvaluateRequest(Request):
+    windows: Plan
+    eval_set: EvalSet = "mixed"
+    per_token: bool = False
+
+
+class PerTokenLosses(Response):
+    tokens: list[str]
+    loss: list[float | None]
+    baseline: list[float | None]
+    delta: list[float | None]
+
+
+class EvaluateResponse(CoverageFields, CostFields):
+    """Cost fields are at context = the model's seq_len."""
+
+    loss: float
+    baseline_loss: float
+    delta: float
+    delta_pct: float
+    perplexity: float
+    windows: list[list[int | None]]
+    eval_set: str
+    elapsed_ms: float
+    cached: bool
+    per_token: PerTokenLosses | None = None
+
+
+# ---- attention and diagnostics -----------------------------------------------------------
+
+MAX_TEXT_CHARS = 4096
+
+MAX_ATTENTION_TEXT_CHARS = 100_000  # a long paste is read whole; the map shows seq_len tokens from `offset`
+
+
+class AttentionRequest(Request):
+    layer: int = Field(ge=0, le=1024)
+    head: int = Field(ge=0, le=1024)
+    text: str | None = Field(None, max_length=MAX_ATTENTION_TEXT_CHARS)
+    offset: int = Field(0, ge=0, le=MAX_ATTENTION_TEXT_CHARS * 8,
+                        description="first token of the span shown: a text longer than the model's seq_len is "
+                                    "shown seq_len tokens at a time (clipped so the span ends at the text's end)")
+    text_id: str | None = Field(None, max_length=64)
+    window: AttentionWindow = Field(OWN_WINDOW, description='"own" (default): the head\'s own window; '
+                                    "an int >= 1; null: full causal attention")
+
+
+class AttentionResponse(Response):
+    layer: int
+    head: int
+    window: int | None
+    seq_len: int
+    tokens: list[str]
+    full: list[list[float | None]]
+    windowed: list[list[float | None]]
+    cut_mass: list[float]
+    pool: int
+    n_tokens: int
+    offset: int = Field(description="the text's token index of the first token shown")
+    text_tokens: int = Field(description="tokens in the whole text; tokens outside offset..offset+n_tokens are not shown")
+
+
+class RetainedMassResponse(Response):
+    buckets: list[int | None]
+    mass: list[list[list[float]]]
+
+
+class SensitivityResponse(Response):
+    buckets: list[int | None]
+    baseline_loss: float
+    delta: list[list[list[float | None]]]
+
+
+class AllocateRequest(Request):
+    budget: float = Field(gt=0.0, le=1.0, allow_inf_nan=False)
+    metric: Literal["causal_coverage", "acr"] = "causal_coverage"
+    eval_set: EvalSet = "mixed"
+
+
+class CurvePoint(Response):
+    acr: float
+    causal_coverage: float
+    kv_bytes: int | None = Field(None, description="KV-cache bytes of the step's plan at context seq_len")
+    loss: float
+
+
+class AllocateResponse(CoverageFields):
+    windows: list[list[int | None]]
+    loss: float
+    baseline_loss: float
+    curve: list[CurvePoint]
+
+
+# ---- inference cost and generation -------------------------------------------------------
+
+Context = Annotated[StrictInt, Field(ge=1, le=2**31, description="context length N (<= the model's seq_len)")]
+
+
+class CostRequest(Request):
+    windows: Plan
+    context: Context
+    measure: bool = False
+
+
+class MeasuredCostPublic(Response):
+    """Medians; *_full is the full plan measured in the same run; ratios are plan / full."""
+
+    prefill_ms: float
+    prefill_ms_full: float
+    prefill_ratio: float | None
+    decode_step_ms: float | None
+    decode_step_ms_full: float | None
+    decode_step_ratio: float | None
+    tokens_per_s: float | None
+    tokens_per_s_full: float | None
+    peak_memory_bytes: int | None
+    peak_memory_bytes_full: int | None
+    peak_memory_ratio: float | None
+    batch: int
+    device: str
+
+
+class CostResponse(CostFields):
+    windows: list[list[int | None]]
+    kv_entries: int
+    kv_entries_full: int
+    kv_ratio: float
+    pairs_ratio: float
+    n_kv_head: int
+    kv_windows: list[list[int]] = Field(description="per layer and kv head: positions its cache keeps at N")
+    measured: MeasuredCostPublic | None = None
+
+
+class GenerateRequest(Request):
+    prompt: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    windows: Plan | None = Field(None, description="null: the model's own plan")
+    max_new_tokens: int = Field(64, ge=1, le=1024)
+    temperature: float = Field(0.0, ge=0.0, le=100.0, allow_inf_nan=False, description="0 = greedy")
+    top_k: int = Field(0, ge=0, le=1_000_000, description="0 = off")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False, description="1 = off")
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+
+
+class GenerateResponse(Response):
+    windows: list[list[int | None]]
+    prompt_tokens: int
+    text: str
+    tokens: list[str]
+    stop_reason: Literal["max_new_tokens", "context"]
+    cache_bytes: list[int] = Field(description="KV bytes held when each new token was predicted")
+    kv_bytes_full: int = Field(description="the full plan's KV bytes at the final context")
+    elapsed_ms: float
+

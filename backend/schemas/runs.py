@@ -1,0 +1,156 @@
+"""Request and response models of runs (docs/api.md, "Runs (the store)"): the run itself, its
+metrics and windows, launching and editing it, comparing runs, and diffing two plans.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictInt, field_validator
+
+from backend.schemas.base import DbId, DbStep, Plan, Request, Response
+
+RunStatus = Literal["SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"]
+RunSource = Literal["job", "tracked", "imported", "suite", "paper"]
+
+
+class Progress(Response):
+    step: int
+    total_steps: int
+
+
+class RunPublic(Response):
+    id: int
+    name: str
+    experiment: str
+    status: RunStatus
+    preset: str | None
+    params: dict[str, str]
+    summary: dict[str, float | None]
+    created_at: str
+    started_at: str | None
+    ended_at: str | None
+    progress: Progress | None
+    error: str | None
+    read_only: bool
+    checkpoint: str | None
+    data_hash: str | None
+    git_rev: str | None
+    source: RunSource = "job"
+    group: str | None = None
+    seed: int | None = None
+    description: str | None = None
+    notes: str | None = None
+    tags: list[str] = Field(default_factory=list)
+
+
+class MetricSeries(Response):
+    step: list[int]
+    value: list[float | None]
+    timestamp: list[float]
+
+
+class MetricsResponse(Response):
+    run_id: int
+    series: dict[str, MetricSeries]
+    downsampled: list[str] = Field(default_factory=list, description="keys reduced to max_points (bucket "
+                                   "minima and maxima and the last point); the others are complete")
+
+
+class RunWindowsResponse(Response):
+    run_id: int
+    steps: list[int]
+    step: int
+    seq_len: int
+    windows: list[list[int | None]]
+
+
+_OverrideInt = Annotated[StrictInt, Field(ge=-(2**62), le=2**62)]
+OverrideValue = _OverrideInt | float | bool | Annotated[str, Field(max_length=1000)] | None | list[_OverrideInt | None]
+
+
+class RunCreate(Request):
+    preset: str = Field(min_length=1, max_length=100)
+    overrides: dict[Annotated[str, Field(max_length=100)], OverrideValue] = Field(default_factory=dict,
+                                                                                 max_length=100)
+    name: str | None = Field(None, max_length=200)
+    experiment: str | None = Field(None, max_length=200)
+
+
+def check_tag(tag: str) -> str:
+    tag = tag.strip()
+    if not tag or len(tag) > 64 or "," in tag or not tag.isprintable():
+        raise ValueError(f"tag {tag[:70]!r}: 1-64 printable characters, no comma")
+    return tag
+
+
+Tag = Annotated[str, Field(max_length=200)]
+
+
+class RunUpdate(Request):
+    """PATCH /runs/{id}: the editable identity of a run; omitted fields stay as they are."""
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    description: str | None = Field(None, max_length=10_000)
+    notes: str | None = Field(None, max_length=100_000)
+    tags: list[Tag] | None = Field(None, max_length=50, description="replaces the run's tags")
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else list(dict.fromkeys(check_tag(t) for t in value))
+
+
+class CompareRequest(Request):
+    run_ids: list[DbId] = Field(min_length=1, max_length=100)
+    keys: list[Annotated[str, Field(max_length=250)]] | None = Field(None, max_length=200)
+    agg: Literal["last", "min", "max", "at_step"] = "last"
+    step: DbStep | None = None
+
+
+class CompareRow(Response):
+    run_id: int
+    values: dict[str, float | None]
+    steps: dict[str, int | None] | None = Field(
+        None, description="with agg=at_step: the stored step each value was read at (the last one <= step)")
+
+
+class SeriesXY(Response):
+    step: list[int]
+    value: list[float | None]
+
+
+class CompareResponse(Response):
+    keys: list[str]
+    runs: list[RunPublic]
+    table: list[CompareRow]
+    series: dict[str, dict[str, SeriesXY]]
+
+
+class RunPlanRef(Request):
+    run_id: DbId
+    step: DbStep | None = None
+
+
+class ModelPlanRef(Request):
+    model_id: str = Field(max_length=64)
+
+
+class InlinePlanRef(Request):
+    windows: Plan
+
+
+PlanRef = RunPlanRef | ModelPlanRef | InlinePlanRef
+
+
+class DiffRequest(Request):
+    a: PlanRef
+    b: PlanRef
+
+
+class DiffResponse(Response):
+    a: list[list[int | None]]
+    b: list[list[int | None]]
+    changed: list[list[bool]]
+    n_changed: int
+

@@ -1,0 +1,89 @@
+"""Engine and sessions for the run store: a SQLite file (the default) or PostgreSQL.
+
+SQLite gets WAL, foreign keys and a busy timeout on every connection: WAL lets one writer (a
+training worker's metrics sink, or the API) and many readers work at once; ``busy_timeout``
+makes a second writer wait for the lock instead of failing. PostgreSQL needs none of that.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.orm import Session, sessionmaker
+
+logger = logging.getLogger(__name__)
+
+BUSY_TIMEOUT_MS = 30_000
+SUPPORTED_DATABASES = ("sqlite", "postgresql")
+POOL = {"pool_size": 20, "max_overflow": 40}
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def parse_database_url(url: str) -> URL:
+    """A store URL, checked: SQLite or PostgreSQL (a bare ``postgresql://`` means psycopg 3)."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):  # their messages repeat the URL, which may hold a password
+        raise ValueError("not a SQLAlchemy URL (e.g. postgresql+psycopg://user:pass@host:5432/aah)") from None
+    backend = parsed.get_backend_name()
+    if backend not in SUPPORTED_DATABASES:
+        raise ValueError(f"unsupported database {backend!r}: the store runs on {' or '.join(SUPPORTED_DATABASES)}")
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def _pragmas(busy_timeout_ms: int):  # noqa: ANN202 - a connect-event listener
+    def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001 (DB-API objects)
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        # NORMAL is durable across application crashes in WAL mode (only an OS crash can lose
+        # the last transactions), and much faster than FULL for the metrics sink.
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+    return _on_connect
+def make_engine(target: str | Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Engine:
+    """An engine on a store URL, or on a SQLite file path (created if missing, pragmas above)."""
+    url = parse_database_url(sqlite_url(target) if isinstance(target, Path) else target)
+    if url.get_backend_name() == "postgresql":
+        return create_engine(url, pool_pre_ping=True, **POOL)
+    if url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
+                           **POOL)
+    event.listen(engine, "connect", _pragmas(busy_timeout_ms))
+    return engine
+
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """One unit of work: commit on success, roll back and re-raise on error."""
+    with factory() as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+def upsert(s: Session):  # noqa: ANN201 - the dialect's insert(), which has on_conflict_do_update
+    """INSERT ... ON CONFLICT for the session's database (SQLite and PostgreSQL spell it alike)."""
+    return (postgresql if s.get_bind().dialect.name == "postgresql" else sqlite).insert

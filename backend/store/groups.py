@@ -1,0 +1,165 @@
+"""Seeds as groups: runs that share an experiment and a ``group`` (a suite row, say) summarised as
+mean, sample std, min and max over their runs, as one number per metric or as a curve by step.
+
+Honest aggregation rules (docs/api.md, "Groups"):
+
+- A group is (experiment, group): the paper's reported ``full_adaptive`` and our suite's
+  ``full_adaptive`` never mix, because they live in different experiments.
+- Non-finite values (stored as null) are left out; ``n`` says how many values went into each number.
+- ``std`` is the sample standard deviation (``ddof=1``, numpy's ``np.std(x, ddof=1)``); with one
+  value it is null, never 0.
+- Curves are aligned by step, as Compare's ``at_step`` reads a run: at every step that any run of
+  the group logged, within the span every run covers (from the latest first step to the earliest
+  last step), each run contributes its last value at or before that step. Dense series logged at the
+  same steps (losses) are thus compared step for step; a series logged only when it changes (the
+  coverage metrics, written when the controller changes the plan) holds its value until the next
+  change. ``steps_dropped`` counts the steps outside the common span (a run still training shortens
+  the curve). A step logged twice counts its last value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+from pydantic import Field
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from backend.schemas.base import Response
+from backend.schemas.errors import NotFound
+from backend.store import metric_store, run_store
+from backend.store.tables import Experiment, Run, RunTag
+
+MAX_GROUP_RUNS = 1000
+
+
+class GroupStat(Response):
+    n: int = Field(description="finite values aggregated")
+    mean: float
+    std: float | None = Field(description="sample std (ddof=1); null with one value")
+    min: float
+    max: float
+
+
+class GroupSummary(Response):
+    experiment: str
+    group: str
+    run_ids: list[int]
+    seeds: list[int | None]
+    sources: list[str]
+    stats: dict[str, GroupStat | None] = Field(description="per key; null when no run has a finite value")
+
+
+class GroupCurve(Response):
+    step: list[int]
+    mean: list[float | None]
+    std: list[float | None]
+    min: list[float | None]
+    max: list[float | None]
+    n: list[int]
+    run_ids: list[int] = Field(description="the runs of the group that logged this key")
+    steps_dropped: int = Field(description="steps logged by some of these runs but not all (left out)")
+
+
+class GroupSeriesResponse(Response):
+    experiment: str
+    group: str
+    run_ids: list[int]
+    seeds: list[int | None]
+    series: dict[str, GroupCurve]
+
+
+def describe(values: Sequence[float | None]) -> GroupStat | None:
+    """Mean, sample std, min and max of the finite values; None when there are none."""
+    xs = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not xs:
+        return None
+    mean = math.fsum(xs) / len(xs)
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else None
+    return GroupStat(n=len(xs), mean=mean, std=std, min=min(xs), max=max(xs))
+
+
+def align(runs: dict[int, tuple[Sequence[int], Sequence[float | None]]], max_points: int | None = None) -> GroupCurve:
+    """One curve from several runs' (steps, values) of one key, aligned by step (see module doc);
+    with `max_points`, every k-th aligned step (and the last) is kept."""
+    per_run = [sorted(dict(zip(steps, values)).items()) for steps, values in runs.values() if steps]
+    if not per_run:
+        return GroupCurve(step=[], mean=[], std=[], min=[], max=[], n=[], run_ids=sorted(runs), steps_dropped=0)
+    lo, hi = max(r[0][0] for r in per_run), min(r[-1][0] for r in per_run)
+    every = sorted({step for r in per_run for step, _ in r})
+    common = [step for step in every if lo <= step <= hi]
+    dropped = len(every) - len(common)
+    if max_points is not None and len(common) > max_points >= 2:
+        stride = math.ceil((len(common) - 1) / (max_points - 1))
+        common = common[:-1][::stride] + [common[-1]]
+    curve: dict[str, list] = {"step": common, "mean": [], "std": [], "min": [], "max": [], "n": []}
+    cursors = [0] * len(per_run)
+    for step in common:
+        values = []
+        for i, series in enumerate(per_run):  # each run's last value at or before `step`
+            while cursors[i] + 1 < len(series) and series[cursors[i] + 1][0] <= step:
+                cursors[i] += 1
+            values.append(series[cursors[i]][1])
+        stat = describe(values)
+        curve["n"].append(0 if stat is None else stat.n)
+        for field in ("mean", "std", "min", "max"):
+            curve[field].append(None if stat is None else getattr(stat, field))
+    return GroupCurve(**curve, run_ids=sorted(runs), steps_dropped=dropped)
+
+
+def _group_runs(s: Session, *, experiment: str | None = None, group: str | None = None, source: str | None = None,
+                tag: str | None = None) -> dict[tuple[str, str], list[tuple[int, int | None, str]]]:
+    """(experiment, group) -> [(run id, seed, source)] for runs that have a group, by seed."""
+    query = select(Experiment.name, Run.group_name, Run.id, Run.seed, Run.source).join(Experiment).where(
+        Run.group_name.is_not(None))
+    if experiment is not None:
+        query = query.where(Experiment.name == experiment)
+    if group is not None:
+        query = query.where(Run.group_name == group)
+    if source is not None:
+        query = query.where(Run.source == source)
+    if tag is not None:
+        query = query.where(Run.id.in_(select(RunTag.run_id).where(RunTag.tag == tag)))
+    out: dict[tuple[str, str], list[tuple[int, int | None, str]]] = defaultdict(list)
+    for exp, grp, run_id, seed, src in s.execute(query.order_by(Run.id).limit(MAX_GROUP_RUNS)):
+        out[(exp, grp)].append((run_id, seed, src))
+    for runs in out.values():  # by seed (runs without one last), then age
+        runs.sort(key=lambda r: (r[1] is None, r[1] or 0, r[0]))
+    return out
+
+
+def group_summaries(s: Session, *, keys: Sequence[str] | None = None, agg: str = "last",
+                    experiment: str | None = None, group: str | None = None, source: str | None = None,
+                    tag: str | None = None) -> list[GroupSummary]:
+    """Every matching group with the stats of each key over its runs (one value per run: its last,
+    min or max); keys default to every key the runs' summaries hold."""
+    groups = _group_runs(s, experiment=experiment, group=group, source=source, tag=tag)
+    run_ids = [r[0] for runs in groups.values() for r in runs]
+    if keys is None:
+        latest = run_store.latest_values(s, run_ids)
+        keys = sorted({k for values in latest.values() for k in values})
+    values = metric_store.aggregate_metrics(s, run_ids, list(keys), agg) if run_ids and keys else {}
+    out = []
+    for (exp, grp), runs in groups.items():
+        ids = [r[0] for r in runs]
+        out.append(GroupSummary(
+            experiment=exp, group=grp, run_ids=ids, seeds=[r[1] for r in runs], sources=sorted({r[2] for r in runs}),
+            stats={k: describe([values[i][k] for i in ids]) for k in keys}))
+    return out
+
+
+def group_series(s: Session, experiment: str, group: str, keys: Sequence[str] | None = None,
+                 max_points: int | None = None) -> GroupSeriesResponse:
+    """The group's curves: per key, mean / std / min / max over its runs at each aligned step."""
+    runs = _group_runs(s, experiment=experiment, group=group).get((experiment, group))
+    if not runs:
+        raise NotFound(f"no runs in group {group!r} of experiment {experiment!r}")
+    per_key: dict[str, dict[int, tuple[list[int], list[float | None]]]] = defaultdict(dict)
+    for run_id, _, _ in runs:
+        for key, series in metric_store.read_metrics(s, run_id, keys).items():
+            per_key[key][run_id] = (series.step, series.value)
+    return GroupSeriesResponse(experiment=experiment, group=group, run_ids=[r[0] for r in runs],
+                               seeds=[r[1] for r in runs],
+                               series={k: align(v, max_points) for k, v in sorted(per_key.items())})

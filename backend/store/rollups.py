@@ -1,0 +1,180 @@
+"""Each metric series' minimum and maximum per step bucket, kept as rows are written, so that a
+downsampled read of a long range touches about as many rows as it returns (backend/downsample.py).
+
+Level ``l`` cuts the steps into buckets of ``width(l) = 16 * 4**l`` steps (16, 64, 256, ... up to
+about 67 M): bucket ``b`` holds steps ``[b * w, (b + 1) * w)``. A rollup row keeps a bucket's first
+row and the rows of its minimum and of its maximum finite value (step, value and timestamp, so a
+read needs no other row; NULL when no value in it is finite; on a tie, the smaller step). A bucket
+of level ``l + 1`` is the merge of four of level ``l``, so levels are built from the one below.
+
+The rows are kept in the transaction that writes the metric rows (metric_store.log_metrics): when every
+row of a batch was new, the batch's own summaries are merged into the stored ones by one upsert;
+when some steps were stored already (a retried batch: the first value stays), the buckets the batch
+touches are recomputed from the stored rows instead, so a rollup never holds a value the store
+does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
+
+from sqlalchemy import Connection, delete, insert, select
+
+from backend.store.tables import Metric, MetricRollup
+
+BASE_WIDTH = 16
+FACTOR = 4
+LEVELS = 12
+
+
+def width(level: int) -> int:
+    return BASE_WIDTH * FACTOR ** level
+
+
+COLUMNS = ("first_step", "first_ts", "lo_step", "lo_value", "lo_ts", "hi_step", "hi_value", "hi_ts")
+
+
+@dataclass(slots=True)
+class Summary:
+    """One bucket: (step, timestamp) of its first row and (step, value, timestamp) of its rows holding
+    the finite minimum and maximum (None when no value in it is finite)."""
+
+    first_step: int
+    first_ts: float
+    lo_step: int | None = None
+    lo_value: float | None = None
+    lo_ts: float | None = None
+    hi_step: int | None = None
+    hi_value: float | None = None
+    hi_ts: float | None = None
+
+    def merge(self, other: Summary) -> None:
+        if other.first_step < self.first_step:
+            self.first_step, self.first_ts = other.first_step, other.first_ts
+        if other.lo_value is not None and (self.lo_value is None or
+                                           (other.lo_value, other.lo_step) < (self.lo_value, self.lo_step)):
+            self.lo_step, self.lo_value, self.lo_ts = other.lo_step, other.lo_value, other.lo_ts
+        if other.hi_value is not None and (self.hi_value is None or
+                                           (other.hi_value, -other.hi_step) > (self.hi_value, -self.hi_step)):
+            self.hi_step, self.hi_value, self.hi_ts = other.hi_step, other.hi_value, other.hi_ts
+
+    def rows(self) -> list[tuple[int, float | None, float]]:
+        """The (step, value, timestamp) rows a downsampled read keeps: minimum and maximum, else the first."""
+        if self.lo_value is None:
+            return [(self.first_step, None, self.first_ts)]
+        return [(self.lo_step, self.lo_value, self.lo_ts), (self.hi_step, self.hi_value, self.hi_ts)]
+
+
+def summarize(points: Iterable[tuple[int, float | None, float]], bucket: Callable[[int], int],
+              ) -> dict[int, Summary]:
+    """Bucket -> summary of (step, value, timestamp) points (value None when it is not finite), one
+    point per step; ``bucket(step)`` must not decrease with the step. min() and max() keep the first of
+    equal values: in step order, the smaller step."""
+    out: dict[int, Summary] = {}
+    for b, group in groupby(sorted(points, key=itemgetter(0)), key=lambda p: bucket(p[0])):
+        group = list(group)
+        finite = [p for p in group if p[1] is not None]
+        if finite:
+            lo, hi = min(finite, key=itemgetter(1)), max(finite, key=itemgetter(1))
+            out[b] = Summary(group[0][0], group[0][2], *lo, *hi)
+        else:
+            out[b] = Summary(group[0][0], group[0][2])
+    return out
+
+
+def regroup(buckets: dict[int, Summary], group: Callable[[int], int]) -> dict[int, Summary]:
+    """Merge buckets into larger ones: ``group(b)`` is the one bucket ``b`` falls in. Consumes
+    ``buckets``: the first of each group becomes the merged one (copying cost more than the merge)."""
+    out: dict[int, Summary] = {}
+    for b, summary in buckets.items():
+        parent = out.get(group(b))
+        if parent is None:
+            out[group(b)] = summary
+        else:
+            parent.merge(summary)
+    return out
+
+
+def _level0(step: int) -> int:
+    return step // BASE_WIDTH
+
+
+def _parent(bucket: int) -> int:
+    return bucket // FACTOR
+
+
+def add(conn: Connection, run_id: int, points: dict[str, list[tuple[int, float | None, float]]]) -> None:
+    """Merge newly stored points (per key) into their buckets at every level: one statement."""
+    rows = []
+    for key, key_points in points.items():
+        buckets = summarize(key_points, _level0)
+        for level in range(LEVELS):
+            if level:
+                buckets = regroup(buckets, _parent)
+            rows.extend((key, level, b, *(getattr(s, c) for c in COLUMNS)) for b, s in buckets.items())
+    if not rows:
+        return
+    # Raw SQL, as metric_store.log_metrics: SQLAlchemy's per-row parameter handling (and psycopg's statement
+    # per row of an executemany) cost more than the upsert itself
+    insert = f"INSERT INTO metric_rollups (run_id, key, level, bucket, {', '.join(COLUMNS)}) "
+    if conn.dialect.name == "postgresql":  # the run id and twelve arrays, sent in binary
+        types = ("text", "int", "bigint", "bigint", "float8", "bigint", "float8", "float8", "bigint", "float8",
+                 "float8")
+        arrays = ", ".join(f"%b::{t}[]" for t in types)
+        conn.exec_driver_sql(f"{insert} SELECT %b::bigint, * FROM unnest({arrays}) {_MERGE}",
+                             (run_id, *map(list, zip(*rows))))
+    else:
+        conn.exec_driver_sql(f"{insert} VALUES ({', '.join(['?'] * (len(COLUMNS) + 4))}) {_MERGE}",
+                             [(run_id, *row) for row in rows])
+
+
+def rebuild(conn: Connection, run_id: int, key: str, lo: int, hi: int) -> None:
+    """Recompute, from the stored rows, every bucket (each level) holding a step in ``[lo, hi]``."""
+    start, end = lo // BASE_WIDTH * BASE_WIDTH, (hi // BASE_WIDTH + 1) * BASE_WIDTH - 1
+    buckets = summarize(conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(
+        Metric.run_id == run_id, Metric.key == key, Metric.step.between(start, end))).tuples(), _level0)
+    for level in range(LEVELS):
+        w = width(level)
+        if level:
+            children = read(conn, run_id, key, level - 1, lo // w * FACTOR, hi // w * FACTOR + FACTOR - 1)
+            buckets = regroup(children, _parent)
+        rollup = MetricRollup.__table__.c
+        conn.execute(delete(MetricRollup).where(rollup.run_id == run_id, rollup.key == key,
+                                                rollup.level == level,
+                                                rollup.bucket.between(lo // w, hi // w)))
+        if buckets:
+            conn.execute(insert(MetricRollup), [_row(run_id, key, level, b, s) for b, s in buckets.items()])
+
+
+def read(conn: Connection, run_id: int, key: str, level: int, first_bucket: int, last_bucket: int,
+         ) -> dict[int, Summary]:
+    """The stored buckets ``first_bucket..last_bucket`` of one series at one level."""
+    r = MetricRollup.__table__.c
+    rows = conn.execute(select(r.bucket, *(r[c] for c in COLUMNS)).where(
+        r.run_id == run_id, r.key == key, r.level == level,
+        r.bucket.between(first_bucket, last_bucket))).all()
+    return {b: Summary(*rest) for b, *rest in rows}
+
+
+def _row(run_id: int, key: str, level: int, bucket: int, s: Summary) -> dict:
+    return {"run_id": run_id, "key": key, "level": level, "bucket": bucket,
+            **{c: getattr(s, c) for c in COLUMNS}}
+
+
+def _case(condition: str, columns: tuple[str, ...]) -> list[str]:
+    return [f"{c} = CASE WHEN {condition} THEN excluded.{c} ELSE metric_rollups.{c} END" for c in columns]
+
+
+# Merge a bucket into the stored one (SQL evaluates every SET on the old row): the earlier first row,
+# the lower minimum and the higher maximum (on a tie, the smaller step; NULL = none finite yet).
+_MERGE = "ON CONFLICT (run_id, key, level, bucket) DO UPDATE SET " + ", ".join([
+    *_case("excluded.first_step < metric_rollups.first_step", ("first_step", "first_ts")),
+    *_case("metric_rollups.lo_value IS NULL OR excluded.lo_value < metric_rollups.lo_value OR "
+           "(excluded.lo_value = metric_rollups.lo_value AND excluded.lo_step < metric_rollups.lo_step)",
+           ("lo_step", "lo_value", "lo_ts")),
+    *_case("metric_rollups.hi_value IS NULL OR excluded.hi_value > metric_rollups.hi_value OR "
+           "(excluded.hi_value = metric_rollups.hi_value AND excluded.hi_step < metric_rollups.hi_step)",
+           ("hi_step", "hi_value", "hi_ts"))])
