@@ -1,4 +1,4 @@
-"""ORM tables (SQLAlchemy 2.0, typed). No pydantic here; rows never leave ``store.py``
+"""ORM tables (SQLAlchemy 2.0, typed). No pydantic here; rows never leave ``backend.store``
 and ``metric_store.py``.
 
 Times are epoch milliseconds (BigInteger) except metric timestamps, which are epoch
