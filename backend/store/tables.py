@@ -1,5 +1,5 @@
-"""ORM tables (SQLAlchemy 2.0, typed). No pydantic here; rows never leave ``backend.store``
-and ``metric_store.py``.
+"""ORM tables (SQLAlchemy 2.0, typed). No pydantic here; rows never leave the store
+package (``backend.store``).
 
 Times are epoch milliseconds (BigInteger) except metric timestamps, which are epoch
 seconds as floats (what training loops report). Windows are integers with NULL = full.
