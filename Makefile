@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export AAH_API_PORT ?= 8000
 export AAH_UI_PORT ?= 8501
 
-.PHONY: setup browser postgres test bench demo demo-model clean
+.PHONY: setup browser postgres lint pytest test bench demo demo-model clean
 
 setup: $(STAMP)
 
@@ -39,8 +39,19 @@ postgres:
 	    || echo "warning: could not install postgresql; PostgreSQL store tests will be skipped"; \
 	  else echo "warning: not root, postgresql not installed; PostgreSQL store tests will be skipped"; fi; fi
 
-test: setup browser postgres
-	$(PY) -m pytest -q -x --durations=15; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+# Lint first: ruff (pyflakes, pycodestyle, isort, bugbear, no print in library code; pyproject.toml says
+# which rules); an error fails `make test`.
+lint: setup
+	$(VENV)/bin/ruff check .
+
+# PYTEST_ARGS narrows the run (e.g. PYTEST_ARGS="tests/core -k attention"). A run that collects no test
+# fails (pytest's exit 5): a selection that matches nothing is a mistake, not a pass.
+PYTEST_ARGS ?=
+pytest: setup
+	$(PY) -m pytest -q -x --durations=15 $(PYTEST_ARGS)
+
+test: setup browser postgres lint
+	$(MAKE) --no-print-directory pytest
 
 bench: setup
 	$(PY) -m bench.run_all

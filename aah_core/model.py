@@ -27,6 +27,9 @@ Observer = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
 class Rotary(nn.Module):
     """Rotary position embedding (RoFormer): rotate channel pairs by position-dependent angles."""
 
+    cos: torch.Tensor
+    sin: torch.Tensor
+
     def __init__(self, head_dim: int, seq_len: int, base: float) -> None:
         super().__init__()
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
@@ -119,6 +122,8 @@ class WindowedGPT(nn.Module):
     Satisfies aah_core.model_api.WindowedLM; `tokenizer` is the one its data config names
     (set by load_checkpoint; None for a model built without one).
     """
+
+    plan: torch.Tensor  # a buffer: moves with the model, not saved with its weights
 
     def __init__(self, cfg: ModelConfig, tokenizer: Tokenizer | None = None) -> None:
         super().__init__()

@@ -216,8 +216,8 @@ def _setup_lines(report: dict[str, Any]) -> list[str]:
         f"- Data: the bundled text corpus only (byte tokens), batch {s['train.batch_size']}, {s['train.max_steps']} steps, "
         f"lr {s['train.lr']}; val loss on {s['train.eval_batches'] * s['train.batch_size'] // 2} fixed validation windows.",
         f"- Controller: warmup {c['controller.warmup_steps']} steps, control interval {c['controller.control_interval']}; "
-        "every other key as in the paper (§7). Seeds 0..{} (paired: a seed fixes the init and the data order of every row).".format(
-            report["seeds"] - 1),
+        "every other key as in the paper (§7). Seeds 0..{} (paired: a seed fixes the init and the data order "
+        "of every row).".format(report["seeds"] - 1),
     ]
     if "fixed_window" in matched:
         lines.append(f"- `fixed_window` uses window {matched['fixed_window'].get('window')} for every head and "

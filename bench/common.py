@@ -47,7 +47,8 @@ def time_ms(fn: Callable[[], Any], runs: int = 7, warmup: int = 2) -> dict[str, 
         fn()
         samples.append((time.perf_counter() - t0) * 1000)
     samples.sort()
-    return {"median": statistics.median(samples), "min": samples[0], "p95": samples[min(len(samples) - 1, int(0.95 * len(samples)))]}
+    p95 = samples[min(len(samples) - 1, int(0.95 * len(samples)))]
+    return {"median": statistics.median(samples), "min": samples[0], "p95": p95}
 
 
 def percentiles(samples_ms: list[float]) -> dict[str, float]:

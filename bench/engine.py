@@ -52,8 +52,8 @@ def bench_seq_len(T: int, runs: int) -> dict:
         out[f"train_ms_{name}"], out[f"eval4_ms_{name}"] = [], []
     for _ in range(runs):  # interleave the plans so drift hits both alike
         for name, plan in plans.items():
-            out[f"train_ms_{name}"].append(time_ms(lambda: train_step(plan), runs=1, warmup=1)["median"])
-            out[f"eval4_ms_{name}"].append(time_ms(lambda: eval_step(plan), runs=3, warmup=1)["median"])
+            out[f"train_ms_{name}"].append(time_ms(lambda plan=plan: train_step(plan), runs=1, warmup=1)["median"])
+            out[f"eval4_ms_{name}"].append(time_ms(lambda plan=plan: eval_step(plan), runs=3, warmup=1)["median"])
     for key in [k for k in out if k.endswith(("_full", "_mixed"))]:
         out[key] = sorted(out[key])[len(out[key]) // 2]
     out["train_tokens_per_s_full"] = B * T / out["train_ms_full"] * 1000
@@ -76,10 +76,10 @@ def bench_edit_latency(n_edits: int) -> dict:
     for i in range(n_edits):
         plan = base.clone()
         plan[3, i % 4] = windows[i % len(windows)]
-        cached.append(time_ms(lambda: evaluator.loss(plan), runs=1, warmup=0)["median"])
+        cached.append(time_ms(lambda plan=plan: evaluator.loss(plan), runs=1, warmup=0)["median"])
         evaluator.loss(base)
         fresh = PrefixCachedEvaluator(model, batch)
-        uncached.append(time_ms(lambda: fresh.loss(plan), runs=1, warmup=0)["median"])
+        uncached.append(time_ms(lambda fresh=fresh, plan=plan: fresh.loss(plan), runs=1, warmup=0)["median"])
     return {"edit_last_layer_cached_ms": percentiles(cached), "edit_full_recompute_ms": percentiles(uncached)}
 
 
@@ -91,10 +91,12 @@ def main(argv: list[str] | None = None) -> None:
     runs = 3 if args.quick else 9
     rows = [bench_seq_len(T, runs) for T in (256, 1024)]
     edits = bench_edit_latency(10 if args.quick else 40)
-    print(f"{'T':>5} {'cov':>5} {'train full ms':>14} {'train mixed ms':>15} {'speedup':>8} {'eval full':>10} {'eval mixed':>11} {'speedup':>8}")
+    print(f"{'T':>5} {'cov':>5} {'train full ms':>14} {'train mixed ms':>15} {'speedup':>8} "
+          f"{'eval full':>10} {'eval mixed':>11} {'speedup':>8}")
     for r in rows:
         print(f"{r['T']:>5} {r['mixed_causal_coverage']:>5.2f} {r['train_ms_full']:>14.1f} {r['train_ms_mixed']:>15.1f} "
-              f"{r['train_speedup_mixed_vs_full']:>8.2f} {r['eval4_ms_full']:>10.1f} {r['eval4_ms_mixed']:>11.1f} {r['eval_speedup_mixed_vs_full']:>8.2f}")
+              f"{r['train_speedup_mixed_vs_full']:>8.2f} {r['eval4_ms_full']:>10.1f} {r['eval4_ms_mixed']:>11.1f} "
+              f"{r['eval_speedup_mixed_vs_full']:>8.2f}")
     e = edits["edit_last_layer_cached_ms"]
     print(f"one-head edit of the last layer, 4x256, prefix-cached: p50 {e['p50']:.1f} ms, p95 {e['p95']:.1f} ms "
           f"(full recompute p50 {edits['edit_full_recompute_ms']['p50']:.1f} ms)")

@@ -174,8 +174,9 @@ def head_multiples_figure(maps: Sequence[Sequence[Sequence[float | None]]], wind
                           *, layer: int, pool: int = 1, scale: str = "linear", selected: int | None = None,
                           cols: int = 4) -> go.Figure:
     """A layer's heads as small multiples on one colour scale (each averaged down to MULTIPLE_SIDE cells a
-    side), titled with its window and its band drawn; `selected` is outlined. An invisible marker grid over each map (one trace per head, in head
-    order) makes a click anywhere on a map report that head: Plotly reports clicks on points only."""
+    side), titled with its window and its band drawn; `selected` is outlined. An invisible marker grid over
+    each map (one trace per head, in head order) makes a click anywhere on a map report that head: Plotly
+    reports clicks on points only."""
     n_head = len(maps)
     cols = max(1, min(cols, n_head))
     rows = math.ceil(n_head / cols)

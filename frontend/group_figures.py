@@ -54,7 +54,7 @@ def group_band_figure(curves: Mapping[str, Mapping[str, Sequence[Any]]], band: s
         fig.add_trace(go.Scatter(x=steps, y=list(curve["mean"]), mode="lines", name=label, legendgroup=name,
                                  line=dict(color=color, width=2.5), customdata=list(curve.get("n") or []),
                                  hovertemplate="step %{x}: mean %{y:.4g} over %{customdata} runs<extra></extra>"))
-    for j, (name, (steps, values)) in enumerate((overlay or {}).items()):
+    for name, (steps, values) in (overlay or {}).items():
         fig.add_trace(go.Scatter(x=list(steps), y=list(values), mode="lines", name=name, connectgaps=True,
                                  line=dict(color="#333333", width=1, dash="dot")))
     fig.update_xaxes(title="step")

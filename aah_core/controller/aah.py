@@ -64,8 +64,9 @@ class AAHController(Controller):
 
     def __init__(self, config: RunConfig, model: WindowedGPT) -> None:
         self.config, self.model = config, model
-        self.s = s = config.controller_settings
+        s = config.controller_settings
         assert isinstance(s, AAHSettings), s
+        self.s = s
         m = config.model
         self.T, self.buckets, self.n_head = m.seq_len, m.bucket_windows, m.n_head
         self.full_idx = len(self.buckets) - 1

@@ -65,8 +65,9 @@ class LearnedBudgetController(Controller):
 
     def __init__(self, config: RunConfig, model: WindowedGPT) -> None:
         self.config, self.model = config, model
-        self.s = s = config.controller_settings
+        s = config.controller_settings
         assert isinstance(s, LearnedSettings), s
+        self.s = s
         m = config.model
         self.T, self.buckets = m.seq_len, m.bucket_windows
         self.costs = bucket_costs(self.buckets, self.T, s.budget_metric)
@@ -97,7 +98,8 @@ class LearnedBudgetController(Controller):
 
     def _set_bias(self, on: bool) -> None:
         for layer, block in enumerate(self.model.blocks):
-            block.attn.window_bias = (lambda T, layer=layer: soft_window_bias(self.probs()[layer], self.buckets, T)) if on else None
+            bias = lambda T, layer=layer: soft_window_bias(self.probs()[layer], self.buckets, T)  # noqa: E731
+            block.attn.window_bias = bias if on else None
 
     def _argmax_plan(self, idx: torch.Tensor) -> torch.Tensor:
         windows = torch.tensor(self.buckets, device=idx.device).clamp(max=self.T)

@@ -58,6 +58,8 @@ def _decoder_layers(model: nn.Module, n_layer: int) -> nn.ModuleList:
 class HFWindowedLM(nn.Module):
     """A transformers causal LM (loaded with attn_implementation=ATTN_IMPLEMENTATION) with a window plan."""
 
+    _plan: torch.Tensor
+
     def __init__(self, model: nn.Module, tokenizer: HFTokenizer, plan: torch.Tensor, seq_len: int,
                  folder: Path) -> None:
         super().__init__()

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from starlette.responses import Response
@@ -28,7 +28,8 @@ from backend.schemas.errors import Busy
 
 T = TypeVar("T")
 RETRY_AFTER_MAX_S = 60
-BUSY = {429: {"description": "Too many jobs of this kind running or queued: retry after `Retry-After` s"}}
+BUSY: dict[int | str, dict[str, Any]] = {
+    429: {"description": "Too many jobs of this kind running or queued: retry after `Retry-After` s"}}
 """The 429 answer, for the OpenAPI ``responses`` of every route that uses an executor."""
 _EMA = 0.2  # weight of the newest job in the mean job duration
 

@@ -107,7 +107,8 @@ class JobManager:
             with transaction(self.sessions) as s:
                 run_id = run_store.create_run(
                     s, name=body.name or f"{body.preset}", experiment=experiment,
-                    preset=body.preset, params=run_store.flatten_params(config.to_dict()), config=config.to_dict(), seq_len=config.model.seq_len,
+                    preset=body.preset, params=run_store.flatten_params(config.to_dict()), config=config.to_dict(),
+                    seq_len=config.model.seq_len,
                     total_steps=config.train.max_steps)
             started: queue.Queue[Job | OSError] = queue.Queue(maxsize=1)
             threading.Thread(target=self._run_worker, args=(run_id, started), name=f"job-{run_id}",

@@ -63,7 +63,8 @@ class FakeApi:
     def _run(self, i, name, status, params, loss, cov, experiment="demo", read_only=False, source="job", group=None,
              seed=None):
         return {"id": i, "name": name, "experiment": experiment, "status": status, "preset": "demo",
-                "params": params, "summary": {"val_loss": loss, "causal_coverage": cov, "acr": None if cov is None else cov + 0.1},
+                "params": params,
+                "summary": {"val_loss": loss, "causal_coverage": cov, "acr": None if cov is None else cov + 0.1},
                 "created_at": "2026-01-01T00:00:00", "started_at": None, "ended_at": None,
                 "progress": {"step": 10, "total_steps": 50} if status == "RUNNING" else None,
                 "error": None, "read_only": read_only, "checkpoint": None, "data_hash": None, "git_rev": None,

@@ -41,7 +41,7 @@ def test_every_page_loads_with_no_request_outside_loopback(live, model):
     for path in PAGES:
         page = S.open_page(browser, f"{stack.ui_url}/{path}", context)
         ready = '[data-testid="stDataFrame"]' if path == "runs" else ".js-plotly-plot .main-svg"
-        S.wait_for(lambda: page.locator(ready).count() >= 1, what=f"the content of /{path}")
+        S.wait_for(lambda page=page, ready=ready: page.locator(ready).count() >= 1, what=f"the content of /{path}")
         page.wait_for_timeout(800)
         _no_error_on_screen(page, f"/{path}")
         name = re.sub(r"[^a-z]+", "-", path).strip("-") or "editor"

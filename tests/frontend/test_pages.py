@@ -291,7 +291,8 @@ def test_present_mode_from_a_link(fake_api):
 
 def test_frontend_never_imports_torch():
     code = ("import sys, importlib\n"
-            "for m in ['aah_client', 'frontend.plans', 'frontend.history', 'frontend.url_state', 'frontend.run_table', 'frontend.figures', 'frontend.export', 'frontend.api',\n"
+            "for m in ['aah_client', 'frontend.plans', 'frontend.history', 'frontend.url_state', 'frontend.run_table',\n"
+            "          'frontend.figures', 'frontend.export', 'frontend.api',\n"
             "          'frontend.components', 'frontend.views', 'frontend.editor_panel']:\n"
             "    importlib.import_module(m)\n"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'aah_core', 'backend')]\n"

@@ -203,7 +203,7 @@ def test_compose_environment_names_are_read_by_the_code(compose) -> None:
     assert set(api_env) <= settings_env, set(api_env) - settings_env
     assert api_env["AAH_API_TOKEN"] == "${AAH_API_TOKEN:-}"
     frontend = (ROOT / "frontend" / "api.py").read_text()
-    for name, value in compose["services"]["ui"]["environment"].items():
+    for name in compose["services"]["ui"]["environment"]:
         if name.startswith("AAH_"):
             assert f'"{name}"' in frontend, f"the dashboard does not read {name}"
     assert compose["services"]["ui"]["environment"]["AAH_API_TOKEN"] == "${AAH_API_TOKEN:-}"

@@ -1,0 +1,32 @@
+"""`make test` is what CI runs: it must fail when its selection holds no test, not pass quietly."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_a_selection_without_tests_fails_make() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MAKE"))}
+    proc = subprocess.run(["make", "--no-print-directory", "pytest",
+                           "PYTEST_ARGS=-p no:cacheprovider tests/ship -k no_test_has_this_name"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert "deselected" in out, out[-2000:]  # pytest ran, and the selection matched nothing
+    assert proc.returncode != 0, f"an empty selection passed make:\n{out[-2000:]}"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_test_runs_lint_before_the_tests() -> None:
+    proc = subprocess.run(["make", "-n", "--no-print-directory", "test"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    plan = proc.stdout
+    assert proc.returncode == 0, proc.stderr
+    assert plan.index("ruff check") < plan.index("pytest"), plan
