@@ -80,7 +80,8 @@ def test_half_sent_requests_get_408_and_the_connection_is_closed(live, chunks):
     reply, seconds = _exchange(url, chunks, gap_s=0.05 if len(chunks) > 1 else 0.0)
     assert reply.startswith(b"HTTP/1.1 408 "), reply[:200]
     assert b"AAH_REQUEST_TIMEOUT_S" in reply
-    assert READ_TIMEOUT_S - 0.5 <= seconds <= READ_TIMEOUT_S + 5
+    # closed at the deadline, never before it; the upper bound only detects a connection left hanging
+    assert READ_TIMEOUT_S - 0.5 <= seconds < READ_TIMEOUT_S + 60
     assert httpx.get(url + API + "/health", timeout=10).status_code == 200  # others are served meanwhile
 
 
