@@ -19,3 +19,7 @@ class BackendUnavailable(AAHError, RuntimeError):
 
 class CheckpointError(AAHError, ValueError):
     """A checkpoint directory is missing, corrupt, foreign or not safetensors + JSON."""
+
+
+class ExportRefused(AAHError, ValueError):
+    """A model's config cannot express a rounded plan (or the grain has no such folder); the message says why."""

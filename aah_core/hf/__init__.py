@@ -22,7 +22,7 @@ from aah_core.hf.folder import (
     weight_files,
 )
 
-__all__ = ["HFModelInfo", "describe_hf_model", "is_hf_folder", "open_hf_model"]
+__all__ = ["HFModelInfo", "describe_hf_model", "is_hf_folder", "open_hf_model", "read_hf_config"]
 
 
 def _offline() -> None:
@@ -33,7 +33,8 @@ def _offline() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-def _config(folder: Path):
+def read_hf_config(folder: Path):
+    """transformers' reading of a folder's config.json (offline; defaults filled in)."""
     _offline()
     from transformers import AutoConfig
     from transformers.utils import logging
@@ -62,7 +63,7 @@ def describe_hf_model(folder: str | Path, seq_len: int | None = None, dtype: str
     """What a folder holds, from config.json and the safetensors headers (no weights read)."""
     folder = Path(folder)
     files = weight_files(folder)
-    config = _config(folder)
+    config = read_hf_config(folder)
     from aah_core.hf.folder import max_context
 
     n_head = int(config.num_attention_heads)
@@ -79,7 +80,7 @@ def open_hf_model(folder: str | Path, seq_len: int | None = None, dtype: str | N
     folder = Path(folder)
     weight_files(folder)  # refuses pickle-only folders before transformers sees them
     tokenizer = HFTokenizer.from_folder(folder)
-    config = _config(folder)
+    config = read_hf_config(folder)
     T = eval_seq_len(config, seq_len)
     torch_dtype = model_dtype(config, dtype)
     from transformers import AutoModelForCausalLM

@@ -1,5 +1,5 @@
 """Models: list, windows, bundled texts, live evaluation, heatmaps, diagnostics, allocation, cost,
-generation.
+generation, rounding to serving grains and export.
 
 Everything that runs the model goes through the heavy executor (services/executor.py): bounded,
 429 with Retry-After when full, identical concurrent requests computed once. Those routes are
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
+from fastapi.responses import FileResponse
 
 from aah_core.windows import coverage_metrics, plan_to_json
 from backend.api.deps import HeavyDep, RegistryDep
@@ -33,7 +34,8 @@ from backend.schemas.models import (
     SensitivityResponse,
     TextInfo,
 )
-from backend.services import analysis, inference
+from backend.schemas.serving import ExportRequest, RoundRequest, RoundResponse
+from backend.services import analysis, inference, serving
 from backend.services.executor import BUSY
 
 router = APIRouter(prefix="/models", tags=["models"])
@@ -164,3 +166,21 @@ async def generate_text(model_id: ModelId, body: GenerateRequest, registry: Regi
     identical requests give identical text, so concurrent ones share one generation)."""
     return await heavy.json_response(("generate", model_id, body.model_dump_json()),
                                      lambda: inference.generate_text(registry.get(model_id), body))
+
+
+@router.post("/{model_id}/round", response_model=RoundResponse, responses=BUSY)
+async def round_windows(model_id: ModelId, body: RoundRequest, registry: RegistryDep, heavy: HeavyDep) -> Response:
+    """A plan rounded to a serving grain (head, kv_group, layer, transformers) in mode up or budget, with
+    its loss (equal to POST /evaluate of the rounded plan), its delta to the plan's and its exact KV bytes."""
+    return await heavy.json_response(("round", model_id, body.model_dump_json()),
+                                     lambda: serving.round_windows(registry, registry.get(model_id), body))
+
+
+@router.post("/{model_id}/export", response_class=FileResponse, responses=BUSY)
+async def export_model(model_id: ModelId, body: ExportRequest, registry: RegistryDep, heavy: HeavyDep) -> FileResponse:
+    """Round the plan and write a folder serving engines load under <data dir>/exports (a Hugging Face
+    folder at granularity transformers, or an AAH Studio checkpoint); answers the folder as a zip."""
+    archive = await heavy.run(("export", model_id, body.model_dump_json()),
+                              lambda: serving.export(registry, registry.get(model_id), body))
+    return FileResponse(archive, media_type="application/zip", filename=archive.name,
+                        headers={"X-Export-Folder": f"{serving.EXPORTS}/{archive.stem}"})

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from sqlalchemy.exc import OperationalError
 
-from aah_core.errors import AAHError, BackendUnavailable, CheckpointError, InvalidConfig, InvalidWindowPlan
+from aah_core.errors import (
+    AAHError,
+    BackendUnavailable,
+    CheckpointError,
+    ExportRefused,
+    InvalidConfig,
+    InvalidWindowPlan,
+)
 
 
 class ServiceError(Exception):
@@ -53,6 +60,7 @@ class Busy(ServiceError):
 ENGINE_STATUS: tuple[tuple[type[AAHError], int], ...] = (
     (InvalidWindowPlan, 422),
     (InvalidConfig, 422),
+    (ExportRefused, 422),
     (CheckpointError, 503),
     (BackendUnavailable, 503),
     (AAHError, 422),

@@ -73,6 +73,11 @@ def _losses(registry: Registry, lm: LoadedModel, plan: torch.Tensor, eval_set: s
     return loss, tokens, False
 
 
+def plan_loss(registry: Registry, lm: LoadedModel, plan: torch.Tensor, eval_set: str) -> float:
+    """The loss POST /evaluate reports for `plan` (the same cache entry)."""
+    return _losses(registry, lm, plan, eval_set, False)[0]
+
+
 def evaluate(registry: Registry, lm: LoadedModel, body: EvaluateRequest) -> EvaluateResponse:
     t0 = time.perf_counter()
     plan = parse_plan(lm, body.windows)

@@ -182,6 +182,10 @@ class Registry:
     def info(self, model_id: str) -> ModelInfo:
         return self._info_from_files(self._entry(model_id))
 
+    def folder(self, model_id: str) -> Path:
+        """The model's folder on disk (confined as `resolve` does)."""
+        return self.resolve(self._entry(model_id).path)
+
     def register(self, path: str, name: str | None, seq_len: int | None) -> ModelInfo:
         """Register a model folder under the model roots (422 outside them or unreadable, 409 if known)."""
         with transaction(self.sessions) as s:
