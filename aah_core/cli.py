@@ -1,4 +1,4 @@
-"""The engine's commands: train, eval, generate, presets, bench, suite.
+"""The engine's commands: train, eval, generate, export, presets, bench, suite.
 
 The installed `aah` command is aah_launcher.cli, which adds `aah serve` (a process supervisor, kept out
 of the engine) to the parser built here.
@@ -119,6 +119,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from aah_core.inference.export import export_plan
+
+    try:
+        raw = json.loads(Path(args.plan).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise AAHError(f"--plan {args.plan}: cannot read a JSON plan ({exc.__class__.__name__}: {exc})") from None
+    raw = raw.get("windows", raw) if isinstance(raw, dict) else raw
+    how = f"aah export --granularity {args.granularity} --mode {args.mode}"
+    out = export_plan(args.model, raw, args.granularity, args.mode, args.out, args.eval_set, args.seq_len, how)
+    print((out / "README.md").read_text())
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_presets(args: argparse.Namespace) -> int:
     from aah_core.presets import PRESETS
 
@@ -187,6 +202,19 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_generate)
+    p = sub.add_parser("export", help="round a plan to a serving grain and write a folder engines load")
+    p.add_argument("--model", required=True, metavar="FOLDER",
+                   help="the model folder: an AAH Studio checkpoint or a local Hugging Face causal LM")
+    p.add_argument("--plan", required=True, help="JSON plan file (as for eval): [[w, ...], ...] or {\"windows\": ...}")
+    p.add_argument("--granularity", default="transformers", choices=["head", "kv_group", "layer", "transformers"],
+                   help="transformers: a Hugging Face folder (layer_types + sliding_window); for a checkpoint, "
+                        "any grain (layer and transformers add serving.json)")
+    p.add_argument("--mode", default="up", choices=["up", "budget"],
+                   help="up: no head shrinks (default); budget: KV bytes <= the plan's, lowest loss")
+    p.add_argument("--out", required=True, help="the new folder to write")
+    p.add_argument("--eval-set", default="mixed", choices=["mixed", "text", "english", "copy"])
+    p.add_argument("--seq-len", type=int, help="evaluation context of a Hugging Face model (default min(max, 1024))")
+    p.set_defaults(func=cmd_export)
     p = sub.add_parser("presets", help="list the presets")
     p.set_defaults(func=cmd_presets)
     p = sub.add_parser("bench", help="run the benchmarks in bench/ (writes bench/results/)")

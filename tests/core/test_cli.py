@@ -96,3 +96,30 @@ def test_bad_controller_settings_are_refused_before_anything_is_written(tmp_path
     assert main(["train", "--preset", preset, "--out", str(out), "--quiet", "--set", setting]) == 2
     assert field in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "run.metrics.jsonl").exists()
+
+
+def test_export_layer_writes_a_checkpoint_with_a_per_layer_plan_and_serving_json(tiny_ckpt, tmp_path, capsys):
+    import os
+
+    from aah_core.analysis.evaluate import evaluate_loss, make_eval_batch
+    from aah_core.checkpoint import load_checkpoint
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"windows": [[4, 2], [16, 8]]}))
+    out = tmp_path / "served"
+    assert main(["export", "--model", str(tiny_ckpt), "--plan", str(plan), "--granularity", "layer",
+                 "--out", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    ckpt = load_checkpoint(out)
+    assert ckpt.plan.tolist() == [[4, 4], [16, 16]]  # each layer's largest window (up)
+    assert json.loads((out / "serving.json").read_text())["layer_windows"] == [4, 16]
+    assert os.stat(out / "model.safetensors").st_ino == os.stat(tiny_ckpt / "model.safetensors").st_ino
+    loss = evaluate_loss(ckpt.model, make_eval_batch(ckpt.config, "mixed", 4), ckpt.plan)
+    assert f"{loss:.6f}" in (out / "README.md").read_text()
+
+
+def test_export_into_an_existing_folder_is_refused(tiny_ckpt, tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps([[4, 2], [16, 8]]))
+    code, _, err = run_cli("export", "--model", str(tiny_ckpt), "--plan", str(plan), "--out", str(tmp_path))
+    assert code == 2 and "already exists" in err and "Traceback" not in err
