@@ -40,6 +40,8 @@ OWN_WINDOW = "own"
 Json = dict[str, Any]
 EvalSet = Literal["mixed", "text", "english", "copy"]
 Agg = Literal["last", "min", "max", "at_step"]
+Granularity = Literal["head", "kv_group", "layer", "transformers"]
+RoundMode = Literal["up", "budget"]
 API_PREFIX = "/api/v1"
 BUSY_RETRIES = 3
 BUSY_WAIT_MAX_S = 10.0
@@ -158,16 +160,18 @@ class ApiClient:
         return f"ApiClient({self.base_url!r})"
 
     # -- transport ---------------------------------------------------------------------------------
-    def _request(self, method: str, path: str, *, params: dict | None = None, json: Any = None) -> Any:
+    def _request(self, method: str, path: str, *, params: dict | None = None, json: Any = None,
+                 raw: bool = False) -> Any:
         def wait(seconds: float, attempt: int) -> None:
             logger.info("API busy on %s %s; retry %d/%d in %.0f s", method, path, attempt, self.busy_retries,
                         seconds)
             time.sleep(seconds)
 
-        return retry_when_busy(lambda: self._request_once(method, path, params=params, json=json),
+        return retry_when_busy(lambda: self._request_once(method, path, params=params, json=json, raw=raw),
                                self.busy_retries, wait)
 
-    def _request_once(self, method: str, path: str, *, params: dict | None, json: Any) -> Any:
+    def _request_once(self, method: str, path: str, *, params: dict | None, json: Any, raw: bool = False) -> Any:
+        """The answer's JSON (None when empty), or with `raw` its bytes (downloads)."""
         try:
             response = self._http.request(method, path, params=_clean(params or {}), json=json)
         except httpx.TimeoutException as exc:
@@ -178,6 +182,8 @@ class ApiClient:
             raise ServerBusy(_detail(response), _retry_after(response))
         if response.is_error:
             raise ApiError(response.status_code, _detail(response))
+        if raw:
+            return response.content
         if response.status_code == 204 or not response.content:
             return None
         try:
@@ -274,6 +280,26 @@ class ApiClient:
         body = {"prompt": prompt, "windows": windows, "max_new_tokens": max_new_tokens,
                 "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
         return self._post(f"/models/{model_id}/generate", body)
+
+    # -- serving grains and export -------------------------------------------------------------------
+    def round_plan(
+        self, model_id: str, windows: Plan, granularity: Granularity = "transformers", mode: RoundMode = "up",
+        eval_set: EvalSet = "mixed",
+    ) -> Json:
+        """The plan rounded to a serving grain ("head", "kv_group", "layer", "transformers"): `windows`, `loss`
+        (what `evaluate` gives for it), `delta` to the plan's loss, `kv_bytes` (and the plan's, the full
+        plan's), `window` (transformers: the one sliding window) and a `note` naming the engines."""
+        body = {"windows": windows, "granularity": granularity, "mode": mode, "eval_set": eval_set}
+        return self._post(f"/models/{model_id}/round", body)
+
+    def export(
+        self, model_id: str, windows: Plan, granularity: Granularity = "transformers", mode: RoundMode = "up",
+        eval_set: EvalSet = "mixed", name: str | None = None,
+    ) -> bytes:
+        """Round the plan and export it (the server writes <data dir>/exports/<name>); returns the folder as
+        zip bytes. A Hugging Face model exports at "transformers" only; a refusal is an ApiError (422)."""
+        body = {"windows": windows, "granularity": granularity, "mode": mode, "eval_set": eval_set, "name": name}
+        return self._request("POST", f"/models/{model_id}/export", json=body, raw=True)
 
     # -- runs ----------------------------------------------------------------------------------------
     def runs(

@@ -60,10 +60,11 @@ def _cached(url: str, method: str, args: tuple, kwargs: tuple) -> Any:
 
 
 # Reads that may be served from the cache: GETs of things that do not change under the user's hands,
-# and the POSTs that only compute (evaluate, attention on a posted text, cost), pure functions of their
+# and the POSTs that only compute (evaluate, attention on a posted text, cost, round_plan), pure functions of their
 # arguments. A call that changes something (create, cancel, update, save a view) is never cached.
 CACHEABLE = frozenset({"models", "unavailable_models", "model", "model_windows", "model_texts", "presets", "runs",
-                       "run_windows", "evaluate", "attention", "retained_mass", "sensitivity", "cost"})
+                       "run_windows", "evaluate", "attention", "retained_mass", "sensitivity", "cost",
+                       "round_plan"})
 
 
 def cached(method: str, *args: Any, **kwargs: Any) -> Any:

@@ -12,6 +12,7 @@ from frontend import components as C
 from frontend import figures as F
 from frontend import history as H
 from frontend import plans as P
+from frontend import serving_panel as S
 
 PAGE = "editor"
 EVAL_SETS = ("mixed", "text", "english", "copy")  # the API's EvalSet; english: the bundled English text
@@ -35,7 +36,7 @@ def labels(model: dict, plan: list) -> list[str]:
     return [P.window_label(w) for w in sorted((w for w in ws if w is not None))] + [P.FULL]
 
 
-def _commit(hist: H.PlanHistory, plan: list) -> None:
+def commit(hist: H.PlanHistory, plan: list) -> None:
     hist.push(P.normalize_plan(plan))
 
 
@@ -48,7 +49,7 @@ def _commit(hist: H.PlanHistory, plan: list) -> None:
 def _on_cell(hist: H.PlanHistory, wkey: str, version: int, layer: int, head: int) -> None:
     label = st.session_state.get(wkey)
     if label is not None and version == hist.version:
-        _commit(hist, P.set_cell(hist.current, layer, head, P.parse_window(label)))
+        commit(hist, P.set_cell(hist.current, layer, head, P.parse_window(label)))
 
 
 def _on_typed(hist: H.PlanHistory, tkey: str, version: int, layer: int, head: int, seq_len: int) -> None:
@@ -60,7 +61,7 @@ def _on_typed(hist: H.PlanHistory, tkey: str, version: int, layer: int, head: in
 
 def _on_table(hist: H.PlanHistory, tkey: str, version: int) -> None:
     if version == hist.version:
-        _commit(hist, P.apply_table_edits(hist.current, (st.session_state.get(tkey) or {}).get("edited_rows", {})))
+        commit(hist, P.apply_table_edits(hist.current, (st.session_state.get(tkey) or {}).get("edited_rows", {})))
 
 
 def cell_editor(model: dict, hist: H.PlanHistory) -> None:
@@ -87,10 +88,10 @@ def _on_bulk(hist: H.PlanHistory, what: str) -> None:
     history (Undo, the caption) already holds the edit when the panel draws."""
     if what == "layer":
         index, w = st.session_state["editor._bulk_layer"], st.session_state["editor._bulk_lw"]
-        _commit(hist, P.set_layer(hist.current, index, P.parse_window(w)))
+        commit(hist, P.set_layer(hist.current, index, P.parse_window(w)))
     else:
         index, w = st.session_state["editor._bulk_head"], st.session_state["editor._bulk_hw"]
-        _commit(hist, P.set_head(hist.current, index, P.parse_window(w)))
+        commit(hist, P.set_head(hist.current, index, P.parse_window(w)))
 
 
 def bulk_editor(model: dict, hist: H.PlanHistory) -> None:
@@ -120,7 +121,7 @@ def preset_editor(model: dict, own: list, hist: H.PlanHistory, metric: str) -> N
         with api.guard(f"applying “{choice}”"):
             plan = preset_plan(choice, model, own, metric, params)
             if plan is not None:
-                _commit(hist, plan)
+                commit(hist, plan)
 
 
 def preset_plan(choice: str, model: dict, own: list, metric: str, params: dict) -> list | None:
@@ -196,7 +197,8 @@ def live_plot(model: dict, own_info: dict, result: dict, metric: str) -> None:
                  format_func=lambda m: "KV cache bytes" if m == "kv_bytes" else m)
     curve = [{"x": p[x], "y": p["loss"]} for p in st.session_state.get(ckey) or [] if p.get(x) is not None]
     fig = F.loss_coverage_figure(x, result["eval_set"], curve, live={"x": result[x], "y": result["loss"]},
-                                 baseline={"x": own_info[x], "y": result["baseline_loss"]})
+                                 baseline={"x": own_info[x], "y": result["baseline_loss"]},
+                                 rounded=S.rounded_points(model["id"], result["eval_set"], result["windows"], x))
     C.show_figure(fig, "editor._lossplot")
     if st.toggle("Stored runs: val_loss vs coverage", key="editor._runs",
                  help="a separate plot: a run's val_loss is measured on its own validation set"):

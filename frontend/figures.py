@@ -174,11 +174,17 @@ def token_delta_figure(tokens: Sequence[str], delta: Sequence[float | None]) -> 
 
 
 def loss_coverage_figure(metric: str, eval_set: str, curve: Sequence[dict] = (), live: dict | None = None,
-                         baseline: dict | None = None) -> go.Figure:
+                         baseline: dict | None = None, rounded: Sequence[dict] = ()) -> go.Figure:
     """Loss on one eval set against a coverage metric, for plans of one model: the allocator's path,
-    the model's own plan and the current (unsaved) edit. Only points measured on the same eval set
-    share this axis; each trace is named by its source and that eval set. Points: dicts with x, y."""
+    the model's own plan, the current (unsaved) edit and its roundings to serving grains. Only points
+    measured on the same eval set share this axis; each trace is named by its source and that eval set.
+    Points: dicts with x, y (rounded ones also a label)."""
     fig = go.Figure()
+    if rounded:
+        fig.add_trace(go.Scatter(x=[p["x"] for p in rounded], y=[p["y"] for p in rounded], mode="markers+text",
+                                 text=[p["label"] for p in rounded], textposition="top center",
+                                 name=f"rounded to serving grains · eval {eval_set}",
+                                 marker=dict(color="#7f7f7f", size=9, symbol="diamond")))
     if curve:
         fig.add_trace(go.Scatter(x=[p["x"] for p in curve], y=[p["y"] for p in curve], mode="lines+markers",
                                  name=f"allocation curve · eval {eval_set}", line=dict(color="#2ca02c")))

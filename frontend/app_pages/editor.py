@@ -9,6 +9,7 @@ from frontend import editor_panel as E
 from frontend import figures as F
 from frontend import generate_panel as G
 from frontend import plans as P
+from frontend import serving_panel as S
 
 PAGE = "editor"
 st.title("Window editor")
@@ -56,6 +57,8 @@ def panel() -> None:
     with metrics_slot, api.guard("evaluating the plan"), st.spinner("Evaluating the plan..."):
         result = views.evaluate(model_id, hist.current, st.session_state[C.key(PAGE, "eval")])
         C.metric_badges(result)
+    with metrics_slot:
+        S.serving_table(model, hist, st.session_state[C.key(PAGE, "eval")], E.commit)
     with cell_slot:
         E.cell_editor(model, hist)
     with history_slot:

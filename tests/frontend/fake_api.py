@@ -8,7 +8,8 @@ import statistics
 
 from aah_client import ApiError
 from aah_core.inference.cost import ModelShape, plan_cost
-from aah_core.windows import coverage_metrics, validate_plan
+from aah_core.inference.serving import round_plan as engine_round_plan
+from aah_core.windows import coverage_metrics, decode_window, plan_to_json, validate_plan
 
 N_LAYER, N_HEAD, T = 2, 4, 32
 BUCKETS = [4, 8, 16, None]
@@ -166,6 +167,22 @@ class FakeApi:
     def cost(self, model_id, windows, context, measure=False):
         self._rec("cost", model_id, windows, context, measure=measure)
         return {**_cost(windows, context), "windows": windows, "measured": None}
+
+    def round_plan(self, model_id, windows, granularity="transformers", mode="up", eval_set="mixed"):
+        """The engine's own rounding, with this fake's loss."""
+        self._rec("round_plan", model_id, windows, granularity=granularity, mode=mode, eval_set=eval_set)
+        plan = validate_plan(windows, N_LAYER, N_HEAD, T)
+        buckets = [decode_window(b, T) for b in BUCKETS]
+        r = engine_round_plan(plan, SHAPE, granularity, mode, buckets, lambda p: _loss(plan_to_json(p, T)))
+        rounded = plan_to_json(r.plan, T)
+        loss, base = _loss(rounded), _loss(windows)
+        return {**_cost(rounded), **_coverage(rounded), "windows": rounded, "granularity": granularity, "mode": mode,
+                "loss": loss, "plan_loss": base, "delta": loss - base, "kv_bytes_plan": r.kv_bytes_plan,
+                "window": r.chosen.window, "candidates": len(r.candidates), "note": r.note}
+
+    def export(self, model_id, windows, granularity="transformers", mode="up", eval_set="mixed", name=None):
+        self._rec("export", model_id, windows, granularity=granularity, mode=mode, eval_set=eval_set, name=name)
+        return b"PK\x05\x06" + bytes(18)  # an empty zip archive
 
     def generate(self, model_id, prompt, windows=None, max_new_tokens=64, temperature=0.0, top_k=0, top_p=1.0,
                  seed=0):

@@ -182,3 +182,29 @@ def test_still_busy_after_the_retries_raises_server_busy(monkeypatch):
     with pytest.raises(ServerBusy):  # busy_retries=0: at once, for callers that retry themselves
         ApiClient("http://api.test/", busy_retries=0, transport=httpx.MockTransport(handler)).sensitivity("demo")
     assert len(seen) == 1
+
+
+def test_round_plan_posts_its_body_and_export_returns_the_zip_bytes():
+    seen = []
+    archive = b"PK\x05\x06" + bytes(18)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path.endswith("/export"):
+            if json.loads(request.content)["granularity"] == "layer":
+                return httpx.Response(422, json={"detail": "a Hugging Face folder is exported at 'transformers'"})
+            return httpx.Response(200, content=archive, headers={"content-type": "application/zip"})
+        return httpx.Response(200, json={"loss": 1.0})
+
+    api = make(handler, token="t")
+    assert api.round_plan("demo", [[4, None]], granularity="layer", mode="budget") == {"loss": 1.0}
+    assert api.export("demo", [[4, None]], name="mine") == archive
+    assert json.loads(seen[0].content) == {"windows": [[4, None]], "granularity": "layer", "mode": "budget",
+                                           "eval_set": "mixed"}
+    assert str(seen[0].url).endswith("/api/v1/models/demo/round")
+    assert json.loads(seen[1].content) == {"windows": [[4, None]], "granularity": "transformers", "mode": "up",
+                                           "eval_set": "mixed", "name": "mine"}
+    assert seen[1].headers["authorization"] == "Bearer t"
+    with pytest.raises(ApiError, match="exported at 'transformers'") as err:
+        api.export("demo", [[4, None]], granularity="layer")
+    assert err.value.status == 422

@@ -255,3 +255,13 @@ def test_cache_growth_one_line_per_plan_and_the_full_plan_dashed():
     fig = F.cache_growth_figure({"edited plan": growth(resp)}, full=full_growth(resp))
     assert [t.name for t in fig.data] == ["edited plan", "full plan"]
     assert fig.data[1].line.dash == "dash" and fig.data[0].y == (30, 40, 40)
+
+
+def test_loss_coverage_figure_draws_rounded_points_with_their_labels():
+    from frontend.figures import loss_coverage_figure
+
+    rounded = [{"x": 0.5, "y": 2.1, "label": "layer up"}, {"x": 0.4, "y": 2.3, "label": "transformers budget"}]
+    fig = loss_coverage_figure("causal_coverage", "mixed", live={"x": 0.45, "y": 2.2}, rounded=rounded)
+    (trace,) = [t for t in fig.data if t.name.startswith("rounded to serving grains")]
+    assert list(trace.x) == [0.5, 0.4] and list(trace.y) == [2.1, 2.3]
+    assert list(trace.text) == ["layer up", "transformers budget"]

@@ -404,3 +404,22 @@ def test_acr_steps_slider_asks_the_server_again_for_that_range(fake_api):
     at.slider(key="acr.steps.1").set_value((0, 30)).run()
     later = fake_api.called("run_metrics")[n:]
     assert later and all(c[2]["min_step"] is None and c[2]["max_step"] is None for c in later)
+
+
+def test_editor_serving_table_shows_every_grain_and_loads_a_rounded_plan(fake_api):
+    from tests.frontend.fake_api import FakeApi
+
+    at = page("editor")
+    assert not fake_api.called("round_plan")  # asked only while its expander is open
+    open_expander(at, "editor._serving")
+    asked = {(c[2]["granularity"], c[2]["mode"]) for c in fake_api.called("round_plan")}
+    assert asked == {(g, m) for g in ("head", "kv_group", "layer", "transformers") for m in ("up", "budget")}
+    expected = FakeApi().round_plan("demo", OWN, granularity="layer", mode="up")
+    shown = [m.value for m in at.markdown]
+    assert f"{expected['kv_bytes']:,}" in shown and f"{expected['delta']:+.4f}" in shown
+    at.button(key=next(b.key for b in at.button if b.key.startswith("editor._load.layer.up."))).click().run()
+    assert fake_api.called("evaluate")[-1][1] == ("demo", expected["windows"])
+    assert expected["windows"] == [[None] * 4, [None] * 4]  # OWN has a full head in each layer
+    assert url(at)["plan"] == "f.f.f.f_f.f.f.f"
+    at.button(key="editor._undo").click().run()  # loading was one undoable edit
+    assert "plan" not in url(at)
