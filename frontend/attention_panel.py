@@ -8,10 +8,7 @@ import functools
 
 import streamlit as st
 
-from frontend import api, views
-from frontend import attention_figures as A
-from frontend import components as C
-from frontend import plans as P
+from frontend import api, attention_figures, components, plans, views
 
 PAGE = "attention"
 MULTIPLES_OPEN_UP_TO = 8  # heads per layer drawn as small multiples without asking (each is one API call)
@@ -20,10 +17,10 @@ MULTIPLES_OPEN_UP_TO = 8  # heads per layer drawn as small multiples without ask
 def maps(data: dict, scale: str) -> None:
     """The head's full and windowed maps, each as wide as the page (or side by side, smaller; drag to
     zoom, double-click to reset), then the difference and the mass cut off per query."""
-    figs = views.attention_figures(data, scale)
+    figs = views.attention_section_figures(data, scale)
     pooled = f", average-pooled by {data['pool']}" if data.get("pool", 1) > 1 else ""
-    st.caption(f"{data['n_tokens']} tokens{pooled} · window {P.window_label(data['window'])} · colour: "
-               f"{A.SCALES[scale]} · rows = query, columns = key; the orange staircase is the window's far edge "
+    st.caption(f"{data['n_tokens']} tokens{pooled} · window {plans.window_label(data['window'])} · colour: "
+               f"{attention_figures.SCALES[scale]} · rows = query, columns = key; the orange staircase is the window's far edge "
                "(keys left of it are cut off). Drag a box to zoom: the axes then name every token; "
                "double-click to zoom out.")
     if st.toggle("Full and windowed side by side (smaller)", key="attention._side"):
@@ -31,20 +28,20 @@ def maps(data: dict, scale: str) -> None:
     else:  # one above the other, each as wide as the page
         left = right = st.container()
     with left:
-        C.show_figure(figs["full"], "attention._full")
+        components.show_figure(figs["full"], "attention._full")
     with right:
-        C.show_figure(figs["windowed"], "attention._windowed")
+        components.show_figure(figs["windowed"], "attention._windowed")
     left, right = st.columns([3, 2])
     with left:
-        C.show_figure(figs["diff"], "attention._diff")
+        components.show_figure(figs["diff"], "attention._diff")
     with right:
-        C.show_figure(figs["cut"], "attention._cut")
+        components.show_figure(figs["cut"], "attention._cut")
 
 
 def _open_head(fkey: str, n_head: int) -> None:
-    head = A.clicked_head(C.clicked_points(st.session_state.get(fkey)), n_head)
+    head = attention_figures.clicked_head(components.clicked_points(st.session_state.get(fkey)), n_head)
     if head is not None:
-        st.session_state[C.key(PAGE, "head")] = head
+        st.session_state[components.key(PAGE, "head")] = head
 
 
 def multiples(state: dict, model: dict, own_text: str | None, offset: int, scale: str) -> None:
@@ -56,11 +53,11 @@ def multiples(state: dict, model: dict, own_text: str | None, offset: int, scale
             return
         with api.guard("the layer's heads"), st.spinner(f"Computing the {n_head} heads of layer {layer}..."):
             layer_data = views.layer_maps(state, own_text, offset, n_head)
-            fig = A.head_multiples_figure([d["windowed"] for d in layer_data], [d["window"] for d in layer_data],
-                                          layer=layer, pool=layer_data[0].get("pool", 1), scale=scale,
-                                          selected=state["head"])
+            fig = attention_figures.head_multiples_figure([d["windowed"] for d in layer_data], [d["window"] for d in layer_data],
+                                                          layer=layer, pool=layer_data[0].get("pool", 1), scale=scale,
+                                                          selected=state["head"])
             fkey = f"attention._multiples.{layer}.{state['head']}"
-            C.click_figure(fig, fkey, functools.partial(_open_head, fkey, n_head))
+            components.click_figure(fig, fkey, functools.partial(_open_head, fkey, n_head))
             st.caption("Each head under its window (as in the maps above), on the chosen colour scale.")
 
 
@@ -73,7 +70,7 @@ def query_text(data: dict) -> None:
         q = c1.slider("Query token", 0, n - 1, n - 1, key="attention._query",
                       format="%d", help="its position in the map (pooled blocks when the map is pooled)")
         which = c2.radio("Map", ["windowed", "full"], horizontal=True, key="attention._querymap")
-        st.markdown(A.query_text_html(data["tokens"], data[which][q], q, offset=offset, pool=pool),
+        st.markdown(attention_figures.query_text_html(data["tokens"], data[which][q], q, offset=offset, pool=pool),
                     unsafe_allow_html=True)
         st.caption(f"Query ({offset + q * pool}) outlined; darker = more of its attention (relative to its largest "
                    "weight; hover a token for the exact weight); grey tokens come after it and are never attended.")

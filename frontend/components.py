@@ -10,10 +10,7 @@ from typing import Any, Callable, Sequence
 import plotly.graph_objects as go
 import streamlit as st
 
-from frontend import api, export
-from frontend import figures as F
-from frontend import plans as P
-from frontend import url_state as U
+from frontend import api, export, figures, plans, url_state
 
 logger = logging.getLogger(__name__)
 PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
@@ -33,7 +30,7 @@ def bind_state(page: str) -> dict[str, Any]:
     What a link held that could not be used is said in a warning at this point of the page
     (`link_ignored`), never silently replaced by a default."""
     params = {k: st.query_params[k] for k in st.query_params}
-    from_url, ignored = U.decode_state_checked(page, params)
+    from_url, ignored = url_state.decode_state_checked(page, params)
     seeded = st.session_state.setdefault("_seeded_pages", set())
     if page not in seeded:
         st.session_state[f"_link.{page}.ignored"] = ignored
@@ -67,7 +64,7 @@ def link_ignored(page: str, name: str, problems: Sequence[str]) -> None:
 
 
 def current_state(page: str) -> dict[str, Any]:
-    return {name: st.session_state.get(key(page, name), d) for name, d in U.defaults(page).items()}
+    return {name: st.session_state.get(key(page, name), d) for name, d in url_state.defaults(page).items()}
 
 
 def ensure_option(page: str, name: str, options: Sequence[Any], what: str = "not one of the choices",
@@ -92,7 +89,7 @@ def keep_known(page: str, name: str, known: Sequence[Any], what: str) -> list:
 
 def publish(page: str, state: dict[str, Any] | None = None) -> None:
     """Write the page's state to the URL so the address bar is always a link to this view."""
-    encoded = U.encode_state(page, state if state is not None else current_state(page))
+    encoded = url_state.encode_state(page, state if state is not None else current_state(page))
     if {k: st.query_params[k] for k in st.query_params} != encoded:
         st.query_params.from_dict(encoded)
 
@@ -109,7 +106,7 @@ def app_base_url() -> str:
     if not m:
         return "http://127.0.0.1:8501"
     path = (m.group(2) or "").rstrip("/")
-    path = path.rsplit("/", 1)[0] if path.rsplit("/", 1)[-1] in U.PAGE_STATE else path
+    path = path.rsplit("/", 1)[0] if path.rsplit("/", 1)[-1] in url_state.PAGE_STATE else path
     return m.group(1) + path
 
 
@@ -191,9 +188,9 @@ def metric_badges(result: dict) -> None:
     cols[3].metric("acr", f"{result['acr']:.3f}", help="mean over heads of min(w, T) / T (the paper's ACR)")
     cols[4].metric("causal_coverage", f"{result['causal_coverage']:.3f}",
                    help="attended (query, key) pairs / full causal pairs")
-    st.markdown(f"**{F.cost_summary(result)}** · at context {result['context']} (exact; one sequence)")
+    st.markdown(f"**{figures.cost_summary(result)}** · at context {result['context']} (exact; one sequence)")
     cached = " (served from cache)" if result.get("cached") else ""
-    plan = P.encode_plan(result["windows"]) if result.get("windows") else "?"
+    plan = plans.encode_plan(result["windows"]) if result.get("windows") else "?"
     st.caption(f"server time {result.get('elapsed_ms', float('nan')):.0f} ms{cached} · "
                f"eval set {result.get('eval_set', '?')} · tile_coverage {result.get('tile_coverage', float('nan')):.3f}"
                f" · evaluated plan {plan}")
@@ -231,14 +228,14 @@ def share_bar(page: str, state: dict[str, Any], section: Callable[[], export.Sec
     with lazy_expander("Share · save · export", f"{page}._share") as bar:
         if not bar.open:
             return
-        link = U.share_url(app_base_url(), page, state)
+        link = url_state.share_url(app_base_url(), page, state)
         st.caption("Link to exactly this view (copy with the icon at the right):")
         st.code(link, language=None)
         c1, c2 = st.columns([3, 1])
         name = c1.text_input("View name", key=f"{page}._viewname", placeholder="e.g. layer 2 all at 16")
         if c2.button("Save view", key=f"{page}._saveview", disabled=not name.strip()):
             with api.guard("saving the view"):
-                view = api.call("create_view", name.strip(), page, U.encode_state(page, state))
+                view = api.call("create_view", name.strip(), page, url_state.encode_state(page, state))
                 st.success(f"Saved view #{view['id']} “{view['name']}”; step through saved views on Present.")
         if section is None:
             return

@@ -7,12 +7,7 @@ from typing import Any
 
 import streamlit as st
 
-from frontend import api, views
-from frontend import components as C
-from frontend import figures as F
-from frontend import history as H
-from frontend import plans as P
-from frontend import serving_panel as S
+from frontend import api, components, figures, history, plans, serving_panel, views
 
 PAGE = "editor"
 EVAL_SETS = ("mixed", "text", "english", "copy")  # the API's EvalSet; english: the bundled English text
@@ -20,11 +15,11 @@ PRESETS = ["model's own plan", "all full", "uniform window", "k full heads per l
            "budgeted allocation", "controller's plan (training run)"]
 
 
-def history(model: dict, own: list, url_plan: list) -> H.PlanHistory:
+def plan_history(model: dict, own: list, url_plan: list) -> history.PlanHistory:
     """The edit history for this model in this session (created from the URL's plan on first use)."""
     k = f"editor._hist.{model['id']}"
     if k not in st.session_state:
-        hist = H.PlanHistory(base=own)
+        hist = history.PlanHistory(base=own)
         hist.push(url_plan)
         st.session_state[k] = hist
     return st.session_state[k]
@@ -33,11 +28,11 @@ def history(model: dict, own: list, url_plan: list) -> H.PlanHistory:
 def labels(model: dict, plan: list) -> list[str]:
     """Bucket labels offered for a cell: the model's buckets plus any window already in the plan."""
     ws = set(model.get("buckets") or []) | {w for row in plan for w in row}
-    return [P.window_label(w) for w in sorted((w for w in ws if w is not None))] + [P.FULL]
+    return [plans.window_label(w) for w in sorted((w for w in ws if w is not None))] + [plans.FULL]
 
 
-def commit(hist: H.PlanHistory, plan: list) -> None:
-    hist.push(P.normalize_plan(plan))
+def commit(hist: history.PlanHistory, plan: list) -> None:
+    hist.push(plans.normalize_plan(plan))
 
 
 # The cell, typed and table widgets are keyed by the history's version, so each plan gets fresh ones.
@@ -46,33 +41,33 @@ def commit(hist: H.PlanHistory, plan: list) -> None:
 # their replayed values are not edits of this plan (a replayed typed 256 once reset a head to full).
 
 
-def _on_cell(hist: H.PlanHistory, wkey: str, version: int, layer: int, head: int) -> None:
+def _on_cell(hist: history.PlanHistory, wkey: str, version: int, layer: int, head: int) -> None:
     label = st.session_state.get(wkey)
     if label is not None and version == hist.version:
-        commit(hist, P.set_cell(hist.current, layer, head, P.parse_window(label)))
+        commit(hist, plans.set_cell(hist.current, layer, head, plans.parse_window(label)))
 
 
-def _on_typed(hist: H.PlanHistory, tkey: str, version: int, layer: int, head: int, seq_len: int) -> None:
+def _on_typed(hist: history.PlanHistory, tkey: str, version: int, layer: int, head: int, seq_len: int) -> None:
     """A typed window (any integer; the model's context or more is full)."""
     w = st.session_state.get(tkey)
     if w is not None and version == hist.version:
-        hist.push(P.normalize_plan(P.set_cell(hist.current, layer, head, int(w)), seq_len))
+        hist.push(plans.normalize_plan(plans.set_cell(hist.current, layer, head, int(w)), seq_len))
 
 
-def _on_table(hist: H.PlanHistory, tkey: str, version: int) -> None:
+def _on_table(hist: history.PlanHistory, tkey: str, version: int) -> None:
     if version == hist.version:
-        commit(hist, P.apply_table_edits(hist.current, (st.session_state.get(tkey) or {}).get("edited_rows", {})))
+        commit(hist, plans.apply_table_edits(hist.current, (st.session_state.get(tkey) or {}).get("edited_rows", {})))
 
 
-def cell_editor(model: dict, hist: H.PlanHistory) -> None:
+def cell_editor(model: dict, hist: history.PlanHistory) -> None:
     """Pick a head (or click it in the grid) and choose its window."""
     n_layer, n_head = model["n_layer"], model["n_head"]
-    C.ensure_option(PAGE, "layer", list(range(n_layer)), f"this model has layers 0-{n_layer - 1}")
-    C.ensure_option(PAGE, "head", list(range(n_head)), f"this model has heads 0-{n_head - 1}")
+    components.ensure_option(PAGE, "layer", list(range(n_layer)), f"this model has layers 0-{n_layer - 1}")
+    components.ensure_option(PAGE, "head", list(range(n_head)), f"this model has heads 0-{n_head - 1}")
     c1, c2, c3, c4 = st.columns([1, 1, 5, 1.4])
-    layer = c1.selectbox("Layer", list(range(n_layer)), key=C.key(PAGE, "layer"))
-    head = c2.selectbox("Head", list(range(n_head)), key=C.key(PAGE, "head"))
-    current = P.window_label(hist.current[layer][head])
+    layer = c1.selectbox("Layer", list(range(n_layer)), key=components.key(PAGE, "layer"))
+    head = c2.selectbox("Head", list(range(n_head)), key=components.key(PAGE, "head"))
+    current = plans.window_label(hist.current[layer][head])
     wkey = f"editor._cell.{hist.version}.{layer}.{head}"
     c3.pills(f"Window of layer {layer}, head {head}", labels(model, hist.current), default=current,
              key=wkey, on_change=_on_cell, args=(hist, wkey, hist.version, layer, head))
@@ -83,18 +78,18 @@ def cell_editor(model: dict, hist: H.PlanHistory) -> None:
                     help=f"any whole number of keys, not only the model's buckets; {seq_len} (the context) is full")
 
 
-def _on_bulk(hist: H.PlanHistory, what: str) -> None:
+def _on_bulk(hist: history.PlanHistory, what: str) -> None:
     """Set a whole layer or head index from the bulk widgets' current values. A callback, so the
     history (Undo, the caption) already holds the edit when the panel draws."""
     if what == "layer":
         index, w = st.session_state["editor._bulk_layer"], st.session_state["editor._bulk_lw"]
-        commit(hist, P.set_layer(hist.current, index, P.parse_window(w)))
+        commit(hist, plans.set_layer(hist.current, index, plans.parse_window(w)))
     else:
         index, w = st.session_state["editor._bulk_head"], st.session_state["editor._bulk_hw"]
-        commit(hist, P.set_head(hist.current, index, P.parse_window(w)))
+        commit(hist, plans.set_head(hist.current, index, plans.parse_window(w)))
 
 
-def bulk_editor(model: dict, hist: H.PlanHistory) -> None:
+def bulk_editor(model: dict, hist: history.PlanHistory) -> None:
     """Set a whole layer or a whole head index at once."""
     opts = labels(model, hist.current)
     c1, c2, c3, c4 = st.columns([1, 1, 1, 1])
@@ -106,7 +101,7 @@ def bulk_editor(model: dict, hist: H.PlanHistory) -> None:
     c4.button("Set head", key="editor._set_head", on_click=_on_bulk, args=(hist, "head"))
 
 
-def preset_editor(model: dict, own: list, hist: H.PlanHistory, metric: str) -> None:
+def preset_editor(model: dict, own: list, hist: history.PlanHistory, metric: str) -> None:
     opts = labels(model, hist.current)
     c1, c2, c3 = st.columns([2, 2, 1])
     choice = c1.selectbox("Preset", PRESETS, key="editor._preset")
@@ -129,11 +124,11 @@ def preset_plan(choice: str, model: dict, own: list, metric: str, params: dict) 
     if choice == "model's own plan":
         return own
     if choice == "all full":
-        return P.uniform(n_layer, n_head, None)
+        return plans.uniform(n_layer, n_head, None)
     if choice == "uniform window":
-        return P.uniform(n_layer, n_head, P.parse_window(params["w"]))
+        return plans.uniform(n_layer, n_head, plans.parse_window(params["w"]))
     if choice == "k full heads per layer":
-        return P.k_full_per_layer(own, int(params["k"]), P.parse_window(params["w"]))
+        return plans.k_full_per_layer(own, int(params["k"]), plans.parse_window(params["w"]))
     if choice == "budgeted allocation":
         with st.spinner(f"Allocating windows at {metric} ≤ {params['budget']:.2f} (the server evaluates candidates)..."):
             res = api.call("allocate", model["id"], float(params["budget"]), metric=metric, eval_set=_eval_set())
@@ -146,7 +141,7 @@ def preset_plan(choice: str, model: dict, own: list, metric: str, params: dict) 
 
 
 def _eval_set() -> str:
-    return st.session_state.get(C.key(PAGE, "eval"), "mixed")
+    return st.session_state.get(components.key(PAGE, "eval"), "mixed")
 
 
 def _curve_key(model_id: str, metric: str) -> str:
@@ -155,28 +150,28 @@ def _curve_key(model_id: str, metric: str) -> str:
     return f"editor._curve.{model_id}.{_eval_set()}.{metric}"
 
 
-def history_buttons(hist: H.PlanHistory) -> None:
+def history_buttons(hist: history.PlanHistory) -> None:
     c1, c2, c3, c4 = st.columns([1, 1, 1, 4])
     # callbacks: the change is made before anything is drawn, so the buttons and caption never lag
     c1.button("↶ Undo", key="editor._undo", disabled=not hist.can_undo, on_click=hist.undo)
     c2.button("↷ Redo", key="editor._redo", disabled=not hist.can_redo, on_click=hist.redo)
     c3.button("Reset", key="editor._reset", help="back to the model's own plan (undoable)", on_click=hist.reset)
-    n = sum(map(sum, P.changed_cells(hist.base, hist.current)))
+    n = sum(map(sum, plans.changed_cells(hist.base, hist.current)))
     c4.caption(f"{n} head(s) differ from the model's own plan · step {hist.pos} of {len(hist.stack) - 1}")
 
 
-def grid(model: dict, hist: H.PlanHistory, layer: int, head: int) -> None:
+def grid(model: dict, hist: history.PlanHistory, layer: int, head: int) -> None:
     st.caption("Window map: click a cell to pick that head · black: picked · red outline: changed vs own plan")
-    fig = F.window_grid_figure(hist.current, selected=(layer, head),
-                               changed=P.changed_cells(hist.base, hist.current), clickable=True)
-    C.head_grid(fig, PAGE, f"editor._grid.{hist.version}")
+    fig = figures.window_grid_figure(hist.current, selected=(layer, head),
+                                     changed=plans.changed_cells(hist.base, hist.current), clickable=True)
+    components.head_grid(fig, PAGE, f"editor._grid.{hist.version}")
 
 
-def table_editor(model: dict, hist: H.PlanHistory) -> None:
+def table_editor(model: dict, hist: history.PlanHistory) -> None:
     import pandas as pd
 
     opts = labels(model, hist.current)
-    df = pd.DataFrame([[P.window_label(w) for w in row] for row in hist.current],
+    df = pd.DataFrame([[plans.window_label(w) for w in row] for row in hist.current],
                       columns=[f"H{h}" for h in range(model["n_head"])],
                       index=[f"L{l}" for l in range(model["n_layer"])])
     tkey = f"editor._table.{hist.version}"
@@ -196,13 +191,14 @@ def live_plot(model: dict, own_info: dict, result: dict, metric: str) -> None:
     x = st.radio("x axis", [metric, "kv_bytes"], horizontal=True, key="editor._xaxis",
                  format_func=lambda m: "KV cache bytes" if m == "kv_bytes" else m)
     curve = [{"x": p[x], "y": p["loss"]} for p in st.session_state.get(ckey) or [] if p.get(x) is not None]
-    fig = F.loss_coverage_figure(x, result["eval_set"], curve, live={"x": result[x], "y": result["loss"]},
-                                 baseline={"x": own_info[x], "y": result["baseline_loss"]},
-                                 rounded=S.rounded_points(model["id"], result["eval_set"], result["windows"], x))
-    C.show_figure(fig, "editor._lossplot")
+    fig = figures.loss_coverage_figure(x, result["eval_set"], curve, live={"x": result[x], "y": result["loss"]},
+                                       baseline={"x": own_info[x], "y": result["baseline_loss"]},
+                                       rounded=serving_panel.rounded_points(model["id"], result["eval_set"],
+                                                                            result["windows"], x))
+    components.show_figure(fig, "editor._lossplot")
     if st.toggle("Stored runs: val_loss vs coverage", key="editor._runs",
                  help="a separate plot: a run's val_loss is measured on its own validation set"):
         with api.guard("loading runs for the coverage plot"):
             st.caption("Not on the plot above: a run's val_loss is measured on its own validation set, "
                        f"not on eval set {result['eval_set']}. Runs are grouped by model shape.")
-            C.show_figure(F.runs_coverage_figure(metric, views.run_points(metric)), "editor._runsplot")
+            components.show_figure(figures.runs_coverage_figure(metric, views.run_points(metric)), "editor._runsplot")

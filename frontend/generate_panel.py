@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from frontend import api
-from frontend import components as C
-from frontend import figures as F
-from frontend import plans as P
+from frontend import api, components, figures, plans
 
 STATE = "editor._generated"
 DEFAULT_PROMPT = "The quick brown fox"
@@ -33,7 +30,7 @@ def _run(model_id: str, prompt: str, plan: list, n: int) -> None:
     with api.guard("generating"), st.spinner("Generating under both plans..."):
         edited = api.call("generate", model_id, prompt, windows=plan, max_new_tokens=n)
         own = api.call("generate", model_id, prompt, windows=None, max_new_tokens=n)
-        st.session_state[STATE] = {"model": model_id, "plan": P.encode_plan(plan), "prompt": prompt,
+        st.session_state[STATE] = {"model": model_id, "plan": plans.encode_plan(plan), "prompt": prompt,
                                    "edited": edited, "own": own}
 
 
@@ -47,8 +44,8 @@ def _column(col: st.delta_generator.DeltaGenerator, title: str, prompt: str, res
 
 def generate_panel(model: dict, plan: list) -> None:
     """Prompt, length and a button; the last result stays until the next press. Built while open."""
-    with C.lazy_expander("Generate: the edited plan's continuation beside the model's own plan's",
-                         "editor._gen_open") as box:
+    with components.lazy_expander("Generate: the edited plan's continuation beside the model's own plan's",
+                                  "editor._gen_open") as box:
         if not box.open:
             return
         prompt = st.text_area("Prompt", DEFAULT_PROMPT, max_chars=MAX_PROMPT_CHARS, key="editor._gen_prompt")
@@ -58,13 +55,13 @@ def generate_panel(model: dict, plan: list) -> None:
             _run(model["id"], prompt, plan, n)
         res = st.session_state.get(STATE)
         if not res or res["model"] != model["id"]:
-            C.placeholder("Press Generate to continue the prompt under the edited plan and under the model's own.")
+            components.placeholder("Press Generate to continue the prompt under the edited plan and under the model's own.")
             return
-        if res["plan"] != P.encode_plan(plan):
+        if res["plan"] != plans.encode_plan(plan):
             st.caption(f"Generated under the plan {res['plan']}; the plan has changed since: press Generate again.")
         left, right = st.columns(2)
         _column(left, "edited plan", res["prompt"], res["edited"])
         _column(right, "model's own plan", res["prompt"], res["own"])
-        fig = F.cache_growth_figure({"edited plan": growth(res["edited"]), "model's own plan": growth(res["own"])},
-                                    full=full_growth(res["edited"]))
-        C.show_figure(fig, "editor._cachegrowth")
+        fig = figures.cache_growth_figure({"edited plan": growth(res["edited"]), "model's own plan": growth(res["own"])},
+                                          full=full_growth(res["edited"]))
+        components.show_figure(fig, "editor._cachegrowth")

@@ -6,65 +6,61 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from frontend import api
-from frontend import components as C
-from frontend import group_figures as GF
-from frontend import group_views as GV
-from frontend import groups as G
+from frontend import api, components, group_figures, group_views, groups
 
 
 def groups_panel(page: str, runs: list[dict]) -> None:
     """Pick groups (any experiment but the paper's reference), metrics and a band; table and curves."""
-    groups = [g for g in api.call("run_groups") if "paper" not in g["sources"]]
-    if not groups:
-        C.placeholder("No run in the store carries a group yet. Suite runs (`aah suite`) and tracked runs with "
-                      "a group do; the shipped reproduction is one.")
+    rows = [g for g in api.call("run_groups") if "paper" not in g["sources"]]
+    if not rows:
+        components.placeholder("No run in the store carries a group yet. Suite runs (`aah suite`) and tracked runs with "
+                               "a group do; the shipped reproduction is one.")
         return
-    order = G.row_order([g["group"] for g in groups])
-    groups.sort(key=lambda g: (g["experiment"], order.index(g["group"])))  # suite rows in the paper's order
-    by_key = {G.group_key(g): g for g in groups}
-    k = C.key(page, "groups")
-    st.session_state[k] = C.keep_known(page, "groups", list(by_key), "no such group") or list(by_key)[:3]
-    st.multiselect("Groups (seeds of one setting)", list(by_key), format_func=lambda x: G.group_label(by_key[x]), key=k)
-    keys = sorted({key for g in groups for key, s in g["stats"].items() if s and not key.startswith("window_frac/")})
-    kk = C.key(page, "keys")
+    order = groups.row_order([g["group"] for g in rows])
+    rows.sort(key=lambda g: (g["experiment"], order.index(g["group"])))  # suite rows in the paper's order
+    by_key = {groups.group_key(g): g for g in rows}
+    k = components.key(page, "groups")
+    st.session_state[k] = components.keep_known(page, "groups", list(by_key), "no such group") or list(by_key)[:3]
+    st.multiselect("Groups (seeds of one setting)", list(by_key), format_func=lambda x: groups.group_label(by_key[x]), key=k)
+    keys = sorted({key for g in rows for key, s in g["stats"].items() if s and not key.startswith("window_frac/")})
+    kk = components.key(page, "keys")
     st.session_state[kk] = [m for m in st.session_state[kk] if m in keys] or keys[:1]
     c1, c2 = st.columns([3, 1])
     c1.multiselect("Metrics", keys, key=kk)
-    C.ensure_option(page, "band", list(GF.BANDS))
-    band = c2.selectbox("Band", list(GF.BANDS), format_func=GF.BANDS.get, key=C.key(page, "band"))
+    components.ensure_option(page, "band", list(group_figures.BANDS))
+    band = c2.selectbox("Band", list(group_figures.BANDS), format_func=group_figures.BANDS.get, key=components.key(page, "band"))
     chosen = [by_key[x] for x in st.session_state[k]]
     if not chosen:
-        C.placeholder("Pick at least one group.")
+        components.placeholder("Pick at least one group.")
         return
     metrics = st.session_state[kk]
     st.caption("Each number: mean ± sample std (ddof 1) over the group's runs of each run's last value; curves: "
                "at each step, every run's last value at or before it (the span all runs cover).")
-    st.dataframe(pd.DataFrame([{"group": G.group_label(g), **{m: G.pm(g["stats"].get(m)) for m in metrics}}
+    st.dataframe(pd.DataFrame([{"group": groups.group_label(g), **{m: groups.pm(g["stats"].get(m)) for m in metrics}}
                                for g in chosen]), hide_index=True)
-    figs = GV.group_curve_figures(chosen, metrics, band, {r["id"]: r for r in runs})
+    figs = group_views.group_curve_figures(chosen, metrics, band, {r["id"]: r for r in runs})
     cols = st.columns(2)
     for i, (name, fig) in enumerate(figs.items()):
         with cols[i % 2]:
-            C.show_figure(fig, f"{page}._group.{name}")
+            components.show_figure(fig, f"{page}._group.{name}")
 
 
 def reproduction_panel(page: str) -> None:
     """Our suite's rows (mean ± std over seeds) beside the paper's Table 1, one metric at a time."""
-    experiments = GV.suite_experiments()
+    experiments = group_views.suite_experiments()
     if not experiments:
-        C.placeholder("No suite runs in the store: run `aah suite paper --scale mini --seeds 3 --pack FILE` and "
-                      "start the API with AAH_SUITE_FILE=FILE (the shipped reproduction is seeded by default).")
+        components.placeholder("No suite runs in the store: run `aah suite paper --scale mini --seeds 3 --pack FILE` and "
+                               "start the API with AAH_SUITE_FILE=FILE (the shipped reproduction is seeded by default).")
         return
     c1, c2 = st.columns([2, 2])
-    C.ensure_option(page, "suite", experiments, "no such suite experiment")
-    experiment = c1.selectbox("Our suite", experiments, key=C.key(page, "suite"))
-    C.ensure_option(page, "rkey", list(G.REPRO_KEYS))
-    key = c2.selectbox("Metric", list(G.REPRO_KEYS), format_func=G.REPRO_KEYS.get, key=C.key(page, "rkey"))
-    data = GV.reproduction(experiment, key)
-    C.show_figure(data["figure"], f"{page}._repro")
+    components.ensure_option(page, "suite", experiments, "no such suite experiment")
+    experiment = c1.selectbox("Our suite", experiments, key=components.key(page, "suite"))
+    components.ensure_option(page, "rkey", list(groups.REPRO_KEYS))
+    key = c2.selectbox("Metric", list(groups.REPRO_KEYS), format_func=groups.REPRO_KEYS.get, key=components.key(page, "rkey"))
+    data = group_views.reproduction(experiment, key)
+    components.show_figure(data["figure"], f"{page}._repro")
     st.caption("Left: our runs, one point per suite row with ±1 sample std over seeds as error bars. Right: the "
                "paper's reported Table 1 (one seed: no error bar). The two models differ in size, data and length, "
                "so absolute losses are not comparable: read orderings and gaps. docs/reproduction-mini.md says how "
                "the shipped runs were produced.")
-    st.dataframe(pd.DataFrame(GV.reproduction_table(data)), hide_index=True)
+    st.dataframe(pd.DataFrame(group_views.reproduction_table(data)), hide_index=True)

@@ -8,9 +8,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from frontend import api
-from frontend import group_figures as GF
-from frontend import groups as G
+from frontend import api, group_figures, groups
 from frontend.comparable import run_family
 from frontend.export import Section
 from frontend.figures import coverage_label
@@ -35,8 +33,8 @@ def group_curve_figures(chosen: list[dict], keys: list[str], band: str, runs_by_
         fam = group_family(g, runs_by_id)
         for key in keys:
             if key in data["series"] and data["series"][key]["step"]:
-                per_key.setdefault((key, fam), {})[G.group_label(g)] = data["series"][key]
-    return {f"{key} · {fam}": GF.group_band_figure(curves, band, title=f"{key} · {fam}", y_title=coverage_label(key))
+                per_key.setdefault((key, fam), {})[groups.group_label(g)] = data["series"][key]
+    return {f"{key} · {fam}": group_figures.group_band_figure(curves, band, title=f"{key} · {fam}", y_title=coverage_label(key))
             for (key, fam), curves in per_key.items()}
 
 
@@ -52,9 +50,9 @@ def run_group_figure(run: dict, keys: list[str], band: str, run_series: dict[str
     overlay = {f"{k} · this run (#{run['id']}, seed {run.get('seed')})": run_series[k] for k in keys if k in run_series}
     if not curves:
         return None
-    return GF.group_band_figure(curves, band, overlay=overlay, y_title="value",
-                                title=f"group {run['group']}: {len(data['run_ids'])} runs (seeds "
-                                      f"{', '.join(str(s) for s in data['seeds'])}) · {GF.BANDS[band]}")
+    return group_figures.group_band_figure(curves, band, overlay=overlay, y_title="value",
+                                           title=f"group {run['group']}: {len(data['run_ids'])} runs (seeds "
+                                                 f"{', '.join(str(s) for s in data['seeds'])}) · {group_figures.BANDS[band]}")
 
 
 def suite_experiments() -> list[str]:
@@ -68,20 +66,20 @@ def reproduction(experiment: str, key: str) -> dict[str, Any]:
     ours = api.call("run_groups", keys=[metric], experiment=experiment, source="suite")
     our_runs = api.call("runs", experiment=experiment, source="suite", limit=1000)
     paper_runs = api.call("runs", source="paper", limit=1000)
-    mine, theirs = G.reproduction_rows(ours, our_runs, paper_runs, key)
+    mine, theirs = groups.reproduction_rows(ours, our_runs, paper_runs, key)
     seeds = max((r["n"] for r in mine), default=0)
-    ours_label = f"ours · suite · {G.suite_scale_label(our_runs)} · mean ± std over {seeds} seeds"
-    fig = GF.reproduction_figure(mine, theirs, y_title=G.REPRO_KEYS.get(key, key), ours_label=ours_label,
-                                 paper_label=PAPER_LABEL, ratio=key == "acr")
+    ours_label = f"ours · suite · {groups.suite_scale_label(our_runs)} · mean ± std over {seeds} seeds"
+    fig = group_figures.reproduction_figure(mine, theirs, y_title=groups.REPRO_KEYS.get(key, key), ours_label=ours_label,
+                                            paper_label=PAPER_LABEL, ratio=key == "acr")
     return {"ours": mine, "paper": theirs, "figure": fig, "ours_label": ours_label}
 
 
 def reproduction_table(data: dict[str, Any]) -> list[dict[str, str]]:
     """One row per suite row: ours as mean ± std (n seeds) and the paper's reported value."""
     paper = {r["row"]: r["mean"] for r in data["paper"]}
-    rows = G.row_order([r["row"] for r in data["ours"]] + list(paper))
+    rows = groups.row_order([r["row"] for r in data["ours"]] + list(paper))
     ours = {r["row"]: r for r in data["ours"]}
-    return [{"row": row, "ours (mean ± std)": G.pm(ours.get(row)),
+    return [{"row": row, "ours (mean ± std)": groups.pm(ours.get(row)),
              "paper (reported)": f"{paper[row]:.4f}" if row in paper else "not in its Table 1"} for row in rows]
 
 
@@ -92,13 +90,13 @@ def reproduction_lines(data: dict[str, Any]) -> list[str]:
 
 def reproduction_section(experiment: str, key: str) -> Section:
     data = reproduction(experiment, key)
-    return Section(f"Reproduction: {G.REPRO_KEYS.get(key, key)}", {"reproduction": data["figure"]},
+    return Section(f"Reproduction: {groups.REPRO_KEYS.get(key, key)}", {"reproduction": data["figure"]},
                    [data["ours_label"], PAPER_LABEL, *reproduction_lines(data)])
 
 
 def groups_section(group_keys: list[str], keys: list[str], band: str) -> Section:
-    groups = {G.group_key(g): g for g in api.call("run_groups", keys=keys or None)}
-    chosen = [groups[k] for k in group_keys if k in groups]
+    by_key = {groups.group_key(g): g for g in api.call("run_groups", keys=keys or None)}
+    chosen = [by_key[k] for k in group_keys if k in by_key]
     runs_by_id = {r["id"]: r for r in api.call("runs", limit=1000)}
-    lines = [f"{G.group_label(g)}: " + ", ".join(f"{k} {G.pm(g['stats'].get(k))}" for k in keys) for g in chosen]
+    lines = [f"{groups.group_label(g)}: " + ", ".join(f"{k} {groups.pm(g['stats'].get(k))}" for k in keys) for g in chosen]
     return Section("Compare groups of seeds", group_curve_figures(chosen, keys, band, runs_by_id), lines)

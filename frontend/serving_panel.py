@@ -7,9 +7,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from frontend import api
-from frontend import components as C
-from frontend import history as H
+from frontend import api, components, history
 
 GRAINS = ("head", "kv_group", "layer", "transformers")
 MODES = ("up", "budget")
@@ -38,10 +36,11 @@ def rounded_key(model_id: str, eval_set: str) -> str:
     return f"editor._rounded.{model_id}.{eval_set}"
 
 
-def serving_table(model: dict, hist: H.PlanHistory, eval_set: str, load: Callable[[H.PlanHistory, list], None]) -> None:
+def serving_table(model: dict, hist: history.PlanHistory, eval_set: str,
+                  load: Callable[[history.PlanHistory, list], None]) -> None:
     """Under the cost line: loss, Δloss and KV bytes at each serving grain; `load` puts a row's plan in
     the editor (an undoable edit). Built only while its expander is open (it asks 8 roundings)."""
-    with C.lazy_expander("Serving grains: what this plan keeps when engines serve it", "editor._serving") as box:
+    with components.lazy_expander("Serving grains: what this plan keeps when engines serve it", "editor._serving") as box:
         if not box.open:
             return
         with api.guard("rounding the plan to serving grains"), st.spinner("Rounding the plan to serving grains..."):

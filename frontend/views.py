@@ -11,13 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from aah_client.client import OWN_WINDOW
-from frontend import api
-from frontend import attention_figures as A
-from frontend import figures as F
-from frontend import group_views as GV
-from frontend import plans as P
-from frontend import run_table as R
-from frontend import url_state as U
+from frontend import api, attention_figures, figures, group_views, plans, run_table, url_state
 from frontend.comparable import run_family
 from frontend.export import Section
 
@@ -41,8 +35,8 @@ def plan_for(model: dict, encoded: str) -> tuple[list, list, list[str]]:
     own = api.cached("model_windows", model["id"])["windows"]
     if not encoded:
         return own, own, []
-    plan, ignored = P.repair_plan(encoded, own)
-    return P.normalize_plan(plan, model["seq_len"]), own, ignored
+    plan, ignored = plans.repair_plan(encoded, own)
+    return plans.normalize_plan(plan, model["seq_len"]), own, ignored
 
 
 def evaluate(model_id: str, plan: list, eval_set: str) -> dict:
@@ -65,12 +59,12 @@ def editor_section(state: dict) -> Section:
     plan, own, _ = plan_for(model, state["plan"])
     result = evaluate(model["id"], plan, state["eval"])
     figs: dict[str, go.Figure] = {
-        "grid": F.window_grid_figure(plan, changed=P.changed_cells(own, plan),
-                                     title="window plan (red outline: changed vs the model's own plan)")}
+        "grid": figures.window_grid_figure(plan, changed=plans.changed_cells(own, plan),
+                                           title="window plan (red outline: changed vs the model's own plan)")}
     if result.get("per_token"):
-        figs["tokens"] = F.token_delta_figure(result["per_token"]["tokens"], result["per_token"]["delta"])
+        figs["tokens"] = figures.token_delta_figure(result["per_token"]["tokens"], result["per_token"]["delta"])
     lines = metric_lines(result) + [f"model {model['name']} · eval set {result['eval_set']}",
-                                    f"plan {P.encode_plan(plan)}"]
+                                    f"plan {plans.encode_plan(plan)}"]
     return Section(f"Window editor: {model['name']}", figs, lines)
 
 
@@ -91,7 +85,7 @@ def run_points(metric: str) -> list[dict]:
 
 def window_request(choice: str) -> int | str | None:
     """The `window` argument of /attention for a state choice: "own", None (full) or an int."""
-    return OWN_WINDOW if choice in ("", OWN_WINDOW) else P.parse_window(choice)
+    return OWN_WINDOW if choice in ("", OWN_WINDOW) else plans.parse_window(choice)
 
 
 CUSTOM_TEXT = "own"  # the `text` state value meaning "the user's own text" (kept out of links)
@@ -124,17 +118,19 @@ def span_note(data: dict) -> str | None:
             "Move the span with the slider.")
 
 
-def attention_figures(data: dict, scale: str = "linear") -> dict[str, go.Figure]:
+def attention_section_figures(data: dict, scale: str = "linear") -> dict[str, go.Figure]:
     w, tokens = data["window"], data["tokens"]
     at = dict(pool=data.get("pool", 1), offset=data.get("offset", 0))
     head = f"L{data['layer']}H{data['head']}"
-    scale = scale if scale in A.SCALES else "linear"
+    scale = scale if scale in attention_figures.SCALES else "linear"
     return {
-        "full": A.attention_figure(data["full"], tokens, w, title=f"{head} full causal attention", scale=scale, **at),
-        "windowed": A.attention_figure(data["windowed"], tokens, w, title=f"{head} with window {P.window_label(w)}",
-                                       scale=scale, **at),
-        "diff": A.attention_diff_figure(data["full"], data["windowed"], tokens, **at),
-        "cut": A.cut_mass_figure(data["cut_mass"], tokens, **at),
+        "full": attention_figures.attention_figure(data["full"], tokens, w, title=f"{head} full causal attention",
+                                                   scale=scale, **at),
+        "windowed": attention_figures.attention_figure(data["windowed"], tokens, w,
+                                                       title=f"{head} with window {plans.window_label(w)}",
+                                                       scale=scale, **at),
+        "diff": attention_figures.attention_diff_figure(data["full"], data["windowed"], tokens, **at),
+        "cut": attention_figures.cut_mass_figure(data["cut_mass"], tokens, **at),
     }
 
 
@@ -147,9 +143,9 @@ def attention_section(state: dict) -> Section:
     model, data, _ = attention_data(state)
     cut = [c for c in data["cut_mass"] if c is not None]
     lines = [f"model {model['name']} · layer {data['layer']} head {data['head']} · window "
-             f"{P.window_label(data['window'])} · {data['n_tokens']} tokens (pool {data.get('pool', 1)})",
+             f"{plans.window_label(data['window'])} · {data['n_tokens']} tokens (pool {data.get('pool', 1)})",
              f"mean attention mass cut off per query: {sum(cut) / max(len(cut), 1):.3f}"]
-    return Section(f"Attention: layer {data['layer']}, head {data['head']}", attention_figures(data, state["scale"]),
+    return Section(f"Attention: layer {data['layer']}, head {data['head']}", attention_section_figures(data, state["scale"]),
                    lines)
 
 
@@ -173,14 +169,14 @@ def acr_figures(run_id: int, keys: list[str], smoothing: float, min_step: int | 
     figs: dict[str, go.Figure] = {}
     chosen = {k: series[k] for k in keys if k in series}
     if chosen:
-        figs["metrics"] = F.metric_curves_figure(chosen, smoothing, y_title="value", title="metrics by step")
+        figs["metrics"] = figures.metric_curves_figure(chosen, smoothing, y_title="value", title="metrics by step")
     cov = {k: series[k] for k in COVERAGE_KEYS if k in series}
     if cov:
-        figs["coverage"] = F.metric_curves_figure(cov, 0.0, y_title="coverage (acr, causal_coverage, tile)",
-                                                  title="coverage over training", y_range=(0, 1.05))
+        figs["coverage"] = figures.metric_curves_figure(cov, 0.0, y_title="coverage (acr, causal_coverage, tile)",
+                                                        title="coverage over training", y_range=(0, 1.05))
     frac = {k.split("/", 1)[1]: v for k, v in series.items() if k.startswith("window_frac/")}
     if frac:
-        figs["fractions"] = F.window_fraction_figure(frac)
+        figs["fractions"] = figures.window_fraction_figure(frac)
     return run, figs
 
 
@@ -188,7 +184,7 @@ def acr_section(state: dict) -> Section:
     run, figs = acr_figures(state["run"], state["keys"], state["smooth"])
     try:
         w = api.cached("run_windows", state["run"], step=None if state["step"] < 0 else state["step"])
-        figs["windows"] = F.window_grid_figure(w["windows"], title=f"window map at step {w['step']}")
+        figs["windows"] = figures.window_grid_figure(w["windows"], title=f"window map at step {w['step']}")
     except api.ApiError:
         pass  # runs without window maps (e.g. paper reference figures) simply have no map panel
     return Section(f"Run #{run['id']} {run['name']}", figs, run_lines(run))
@@ -216,8 +212,8 @@ def compare_figures(data: dict, keys: list[str], smoothing: float) -> dict[str, 
             per_run = {names.get(rid, rid): (s[key]["step"], s[key]["value"])
                        for rid, s in data.get("series", {}).items() if key in s and family.get(rid) == fam}
             if per_run:
-                figs[f"{key} · {fam}"] = F.metric_curves_figure(per_run, smoothing, y_title=F.coverage_label(key),
-                                                                title=f"{key} · {fam}")
+                figs[f"{key} · {fam}"] = figures.metric_curves_figure(per_run, smoothing, y_title=figures.coverage_label(key),
+                                                                      title=f"{key} · {fam}")
     return figs
 
 
@@ -239,14 +235,14 @@ def compare_table(data: dict) -> pd.DataFrame:
 
 def window_diff(a: int, b: int) -> tuple[go.Figure, int]:
     d = api.call("windows_diff", {"run_id": a, "step": None}, {"run_id": b, "step": None})
-    return F.window_diff_figure(d["a"], d["b"], d["changed"], names=(f"run #{a}", f"run #{b}")), d["n_changed"]
+    return figures.window_diff_figure(d["a"], d["b"], d["changed"], names=(f"run #{a}", f"run #{b}")), d["n_changed"]
 
 
 def compare_section(state: dict) -> Section:
     if state.get("mode") == "reproduction":
-        return GV.reproduction_section(state["suite"], state["rkey"])
+        return group_views.reproduction_section(state["suite"], state["rkey"])
     if state.get("mode") == "groups":
-        return GV.groups_section(state["groups"], state["keys"], state["band"])
+        return group_views.groups_section(state["groups"], state["keys"], state["band"])
     data = compare_data(state)
     figs = compare_figures(data, data["keys"], state["smooth"])
     if len(state["runs"]) >= 2:
@@ -268,7 +264,7 @@ def _fmt(v: Any) -> str:
 def runs_frame(runs: list[dict], all_params: bool) -> pd.DataFrame:
     """The runs table: identity, status, progress, key metrics, then params (only those that differ
     between the listed runs unless `all_params`)."""
-    keys = sorted({k for r in runs for k in (r.get("params") or {})}) if all_params else R.differing_params(runs)
+    keys = sorted({k for r in runs for k in (r.get("params") or {})}) if all_params else run_table.differing_params(runs)
     rows = []
     for r in runs:
         s, p, prog = r.get("summary") or {}, r.get("params") or {}, r.get("progress")
@@ -286,7 +282,7 @@ def runs_section(state: dict) -> Section:
     runs = api.call("runs", experiment=state["experiment"] or None, preset=state["preset"] or None,
                     status=state["status"] or None, source=state["source"] or None, group=state["group"] or None,
                     tag=state["tag"] or None, limit=500)
-    df = runs_frame(R.filter_runs(runs, state["q"]), state["allparams"])
+    df = runs_frame(run_table.filter_runs(runs, state["q"]), state["allparams"])
     table = go.Figure(go.Table(header=dict(values=list(df.columns)),
                                cells=dict(values=[df[c].astype(str).tolist() for c in df.columns])))
     return Section("Runs", {"table": table}, [f"{len(df)} runs"])
@@ -302,4 +298,4 @@ def build_section(page: str, state: dict) -> Section:
     """The Section for a saved view: its page and state (unknown fields ignored, missing defaulted)."""
     if page not in SECTIONS:
         raise ValueError(f"a view of page {page!r} cannot be shown; known pages: {', '.join(SECTIONS)}")
-    return SECTIONS[page](U.coerce_state(page, state))
+    return SECTIONS[page](url_state.coerce_state(page, state))

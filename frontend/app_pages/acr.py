@@ -3,35 +3,29 @@ window fractions, and the window map at any step."""
 
 import streamlit as st
 
-from frontend import api, jobs, views
-from frontend import components as C
-from frontend import figures as F
-from frontend import group_figures as GF
-from frontend import group_views as GV
-from frontend import groups as G
-from frontend import plans as P
+from frontend import api, components, figures, group_figures, group_views, groups, jobs, plans, views
 
 PAGE = "acr"
 st.title("ACR curves")
 first_visit = PAGE not in st.session_state.get("_seeded_pages", set()) and "run" not in st.query_params
-state = C.bind_state(PAGE)
+state = components.bind_state(PAGE)
 
 with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     runs = api.call("runs", limit=500)
     if not runs:
-        C.placeholder("No runs in the store yet. Launch one on the Runs page.")
+        components.placeholder("No runs in the store yet. Launch one on the Runs page.")
         st.stop()
     labels = {r["id"]: f"#{r['id']} {r['name']} ({r['status']})" for r in runs}
     if first_visit:  # no run in the link: the newest finished run whose windows change during training
-        st.session_state[C.key(PAGE, "run")] = G.default_run(runs)
-    C.ensure_option(PAGE, "run", list(labels), "no such run", lambda i: f"run #{i}")
+        st.session_state[components.key(PAGE, "run")] = groups.default_run(runs)
+    components.ensure_option(PAGE, "run", list(labels), "no such run", lambda i: f"run #{i}")
     c1, c2, c3 = st.columns([2, 3, 1])
-    run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=C.key(PAGE, "run"))
+    run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=components.key(PAGE, "run"))
     metrics = api.call("run_metrics", run_id, max_points=views.CURVE_POINTS)["series"]
     keys = sorted(k for k in metrics if not k.startswith("window_frac/"))
-    st.session_state[C.key(PAGE, "keys")] = [k for k in st.session_state[C.key(PAGE, "keys")] if k in keys]
-    c2.multiselect("Metrics", keys, key=C.key(PAGE, "keys"))
-    c3.slider("EMA smoothing", 0.0, 0.99, key=C.key(PAGE, "smooth"), step=0.01)
+    st.session_state[components.key(PAGE, "keys")] = [k for k in st.session_state[components.key(PAGE, "keys")] if k in keys]
+    c2.multiselect("Metrics", keys, key=components.key(PAGE, "keys"))
+    c3.slider("EMA smoothing", 0.0, 0.99, key=components.key(PAGE, "smooth"), step=0.01)
     # Long runs come downsampled (bucket min/max, views.CURVE_POINTS per series); narrowing the step
     # range asks the server again for just that range, in finer buckets.
     last_step = max((max(s["step"]) for s in metrics.values() if s["step"]), default=0)
@@ -47,9 +41,9 @@ live = drawn_status in jobs.ACTIVE
 jobs.watch(jobs.signature(runs), show=False)
 group = next((r.get("group") for r in runs if r["id"] == run_id), None)
 if group:
-    C.ensure_option(PAGE, "band", ["", *GF.BANDS])
-    st.selectbox(f"Group {group}: draw the group's seeds as", ["", *GF.BANDS], key=C.key(PAGE, "band"),
-                 format_func=lambda b: GF.BANDS.get(b, "off (this run only)"),
+    components.ensure_option(PAGE, "band", ["", *group_figures.BANDS])
+    st.selectbox(f"Group {group}: draw the group's seeds as", ["", *group_figures.BANDS], key=components.key(PAGE, "band"),
+                 format_func=lambda b: group_figures.BANDS.get(b, "off (this run only)"),
                  help="the mean over the group's runs at each step with a ±1 std or min–max band; this run dotted")
 
 
@@ -58,39 +52,39 @@ def curves(step_range: tuple[int | None, int | None]) -> None:
     """The run's curves; while it trains they refresh every 3 s, so they grow on screen, and the page
     redraws when its status changes."""
     with api.guard("drawing the curves"):
-        state = C.current_state(PAGE)
+        state = components.current_state(PAGE)
         run, figs = views.acr_figures(run_id, state["keys"], state["smooth"], *step_range)
         if run["status"] != drawn_status:  # started or ended: the picker, the map and the polling follow
             st.rerun(scope="app")
         for line in views.run_lines(run):
             st.caption(line)
         if not figs:
-            C.placeholder("This run has no metrics yet; curves appear as training writes them.")
+            components.placeholder("This run has no metrics yet; curves appear as training writes them.")
         if "metrics" in figs:
-            C.show_figure(figs["metrics"], "acr._metrics")
+            components.show_figure(figs["metrics"], "acr._metrics")
         if group and state["band"]:
             keys = state["keys"] or ["val_loss"]
             own = views.split_series(api.call("run_metrics", run_id, keys=keys, max_points=views.CURVE_POINTS)["series"])
-            fig = GV.run_group_figure(run, keys, state["band"], own)
+            fig = group_views.run_group_figure(run, keys, state["band"], own)
             if fig is None:
-                C.placeholder(f"Group {group} has no other run with these metrics.")
+                components.placeholder(f"Group {group} has no other run with these metrics.")
             else:
-                C.show_figure(fig, "acr._group")
+                components.show_figure(fig, "acr._group")
         left, right = st.columns(2)
         with left:
             if "coverage" in figs:
-                C.show_figure(figs["coverage"], "acr._coverage")
+                components.show_figure(figs["coverage"], "acr._coverage")
         with right:
             if "fractions" in figs:
-                C.show_figure(figs["fractions"], "acr._fractions")
+                components.show_figure(figs["fractions"], "acr._fractions")
 
 
 curves(step_range)  # an argument, not a global: a fragment rerun sees the page's globals as they end
-state = C.current_state(PAGE)
+state = components.current_state(PAGE)
 
 with api.guard("window map"):
     if any(r["id"] == run_id and r.get("read_only") for r in runs):
-        C.placeholder("Reference figures from the paper carry no window maps.")
+        components.placeholder("Reference figures from the paper carry no window maps.")
         st.stop()
     # a training run's plan and its list of steps grow as it trains: never serve them from the 30 s cache
     fetch = api.call if live else api.cached
@@ -99,21 +93,20 @@ with api.guard("window map"):
     except api.ApiError as exc:
         if not live or exc.status != 404:
             raise
-        C.placeholder("No window map yet: it appears once training writes its first plan.")
+        components.placeholder("No window map yet: it appears once training writes its first plan.")
         st.stop()
     steps = latest["steps"] or [latest["step"]]
     if state["step"] not in steps:
-        st.session_state[C.key(PAGE, "step")] = steps[-1]
+        st.session_state[components.key(PAGE, "step")] = steps[-1]
     if len(steps) > 1:
-        step = st.select_slider("Window map at step", steps, key=C.key(PAGE, "step"))
+        step = st.select_slider("Window map at step", steps, key=components.key(PAGE, "step"))
     else:
-        step = st.session_state[C.key(PAGE, "step")]
+        step = st.session_state[components.key(PAGE, "step")]
     wm = api.cached("run_windows", run_id, step=step)  # a stored step's plan never changes
-    changed = P.changed_cells(latest["windows"], wm["windows"])
-    C.show_figure(F.window_grid_figure(wm["windows"], changed=changed,
-                                       title=f"window map at step {wm['step']} (outlined: differs from the latest)"),
-                  "acr._windows")
+    changed = plans.changed_cells(latest["windows"], wm["windows"])
+    title = f"window map at step {wm['step']} (outlined: differs from the latest)"
+    components.show_figure(figures.window_grid_figure(wm["windows"], changed=changed, title=title), "acr._windows")
 
-state = C.current_state(PAGE)
-C.publish(PAGE, state)
-C.share_bar(PAGE, state, lambda: views.acr_section(state))
+state = components.current_state(PAGE)
+components.publish(PAGE, state)
+components.share_bar(PAGE, state, lambda: views.acr_section(state))

@@ -3,46 +3,42 @@ retained-mass and sensitivity diagnostics."""
 
 import streamlit as st
 
-from frontend import api, views
-from frontend import attention_figures as A
-from frontend import attention_panel as AP
-from frontend import components as C
-from frontend import figures as F
-from frontend import plans as P
+from frontend import api, attention_figures, attention_panel, components, figures, plans, views
 
 PAGE = "attention"
 st.title("Attention")
-state = C.bind_state(PAGE)
+state = components.bind_state(PAGE)
 
 
 with api.guard("loading the model", stop=True), st.spinner("Loading models and texts..."):
     models = api.cached("models")
     ids = [m["id"] for m in models]
-    C.ensure_option(PAGE, "model", ids, "no such model")
-    texts = api.cached("model_texts", st.session_state[C.key(PAGE, "model")])
+    components.ensure_option(PAGE, "model", ids, "no such model")
+    texts = api.cached("model_texts", st.session_state[components.key(PAGE, "model")])
     c1, c2, c3, c4, c5, c6 = st.columns([2, 2, 1, 1, 1, 2])
-    model_id = c1.selectbox("Model", ids, key=C.key(PAGE, "model"))
-    C.unavailable_models_note(c1)
+    model_id = c1.selectbox("Model", ids, key=components.key(PAGE, "model"))
+    components.unavailable_models_note(c1)
     model = next(m for m in models if m["id"] == model_id)
     text_ids = [t["id"] for t in texts] + [views.CUSTOM_TEXT]
-    C.ensure_option(PAGE, "text", text_ids, "no such text")
+    components.ensure_option(PAGE, "text", text_ids, "no such text")
     tnames = {t["id"]: f"{t['name']} ({t['kind']}, {t['n_tokens']} tokens)" for t in texts}
     tnames[views.CUSTOM_TEXT] = "Your own text…"
-    c2.selectbox("Text", text_ids, format_func=tnames.get, key=C.key(PAGE, "text"))
-    C.ensure_option(PAGE, "layer", list(range(model["n_layer"])), f"this model has layers 0-{model['n_layer'] - 1}")
-    C.ensure_option(PAGE, "head", list(range(model["n_head"])), f"this model has heads 0-{model['n_head'] - 1}")
-    layer = c3.selectbox("Layer", list(range(model["n_layer"])), key=C.key(PAGE, "layer"))
-    head = c4.selectbox("Head", list(range(model["n_head"])), key=C.key(PAGE, "head"))
+    c2.selectbox("Text", text_ids, format_func=tnames.get, key=components.key(PAGE, "text"))
+    components.ensure_option(PAGE, "layer", list(range(model["n_layer"])), f"this model has layers 0-{model['n_layer'] - 1}")
+    components.ensure_option(PAGE, "head", list(range(model["n_head"])), f"this model has heads 0-{model['n_head'] - 1}")
+    layer = c3.selectbox("Layer", list(range(model["n_layer"])), key=components.key(PAGE, "layer"))
+    head = c4.selectbox("Head", list(range(model["n_head"])), key=components.key(PAGE, "head"))
     own = api.cached("model_windows", model_id)["windows"]
-    choices = ["own"] + [P.window_label(b) for b in model.get("buckets") or [] if b is not None] + [P.FULL]
-    C.ensure_option(PAGE, "window", choices, "not one of this model's windows")
-    c5.selectbox("Window", choices, key=C.key(PAGE, "window"),
-                 format_func=lambda c: f"own ({P.window_label(own[layer][head])})" if c == "own" else c)
-    C.ensure_option(PAGE, "scale", list(A.SCALES), "not a colour scale")
-    c6.selectbox("Colour scale", list(A.SCALES), format_func=A.SCALES.get, key=C.key(PAGE, "scale"),
+    choices = ["own"] + [plans.window_label(b) for b in model.get("buckets") or [] if b is not None] + [plans.FULL]
+    components.ensure_option(PAGE, "window", choices, "not one of this model's windows")
+    c5.selectbox("Window", choices, key=components.key(PAGE, "window"),
+                 format_func=lambda c: f"own ({plans.window_label(own[layer][head])})" if c == "own" else c)
+    components.ensure_option(PAGE, "scale", list(attention_figures.SCALES), "not a colour scale")
+    c6.selectbox("Colour scale", list(attention_figures.SCALES), format_func=attention_figures.SCALES.get,
+                 key=components.key(PAGE, "scale"),
                  help="log and per-row show weak attention that a linear 0..1 scale washes out")
-    state = C.current_state(PAGE)
-    C.publish(PAGE, state)
+    state = components.current_state(PAGE)
+    components.publish(PAGE, state)
     own_text = None
     if state["text"] == views.CUSTOM_TEXT:
         # no max_chars: the browser would drop the rest of a long paste without a word
@@ -53,12 +49,12 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
                        "are read.", icon="✂️")
             own_text = own_text[: views.OWN_TEXT_MAX_CHARS]
         if not own_text:
-            C.placeholder("Type or paste a text above to see this head's attention on it.")
+            components.placeholder("Type or paste a text above to see this head's attention on it.")
             st.stop()
 
     with st.expander("Pick a head on the model's window map", expanded=False):
-        C.head_grid(F.window_grid_figure(own, selected=(layer, head), clickable=True), PAGE,
-                    f"attention._grid.{model_id}")
+        components.head_grid(figures.window_grid_figure(own, selected=(layer, head), clickable=True), PAGE,
+                             f"attention._grid.{model_id}")
 
 with api.guard("attention maps"):
 
@@ -74,9 +70,9 @@ with api.guard("attention maps"):
             st.slider("Tokens skipped before the span", 0, last, step=1, key="attention._offset",
                       help=f"the {data['n_tokens']} tokens after these are shown")
     scale = state["scale"]
-    AP.maps(data, scale)
-    AP.multiples(state, model, own_text, data.get("offset", 0), scale)
-    AP.query_text(data)
+    attention_panel.maps(data, scale)
+    attention_panel.multiples(state, model, own_text, data.get("offset", 0), scale)
+    attention_panel.query_text(data)
 
 with api.guard("retained-mass curves"):
     if st.toggle("Retained-mass curve for this head", value=True, key="attention._rm"):
@@ -86,21 +82,21 @@ with api.guard("retained-mass curves"):
         tau = st.slider("τ (suggest the smallest window keeping this much mass)", 0.5, 0.99, 0.9, 0.01,
                         key="attention._tau")
         mass = rm["mass"][layer][head]
-        fig = F.retained_mass_figure(rm["buckets"], mass, own[layer][head], model["seq_len"], tau=tau,
-                                     title=f"L{layer}H{head}: mass within w keys")
-        C.show_figure(fig, "attention._retained")
+        fig = figures.retained_mass_figure(rm["buckets"], mass, own[layer][head], model["seq_len"], tau=tau,
+                                           title=f"L{layer}H{head}: mass within w keys")
+        components.show_figure(fig, "attention._retained")
         st.caption(f"Smallest window keeping ≥ {tau:.2f} of the mass: "
-                   f"**{P.window_label(P.suggest_window(rm['buckets'], mass, tau))}** "
-                   f"(assigned: {P.window_label(own[layer][head])}).")
+                   f"**{plans.window_label(plans.suggest_window(rm['buckets'], mass, tau))}** "
+                   f"(assigned: {plans.window_label(own[layer][head])}).")
 
 with api.guard("sensitivity sweep"):
     if st.toggle("Sensitivity sweep (Δloss when one head alone is shrunk)", value=False, key="attention._sens"):
         with st.spinner("Running the sweep on the server (one evaluation per head and window; cached after)..."):
             sens = api.cached("sensitivity", model_id)
-        labels = [P.window_label(b) for b in sens["buckets"]]
-        C.ensure_option(PAGE, "bucket", list(range(len(labels))))
+        labels = [plans.window_label(b) for b in sens["buckets"]]
+        components.ensure_option(PAGE, "bucket", list(range(len(labels))))
         k = st.selectbox("Window for the sweep", list(range(len(labels))), format_func=labels.__getitem__,
-                         key=C.key(PAGE, "bucket"))
-        C.show_figure(F.sensitivity_figure(sens["delta"], sens["buckets"], k), "attention._sensfig")
+                         key=components.key(PAGE, "bucket"))
+        components.show_figure(figures.sensitivity_figure(sens["delta"], sens["buckets"], k), "attention._sensfig")
 
-C.share_bar(PAGE, C.current_state(PAGE), lambda: views.attention_section(C.current_state(PAGE)))
+components.share_bar(PAGE, components.current_state(PAGE), lambda: views.attention_section(components.current_state(PAGE)))

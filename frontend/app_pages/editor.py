@@ -2,42 +2,35 @@
 
 import streamlit as st
 
-from frontend import api, views
-from frontend import cold_open as O
-from frontend import components as C
-from frontend import editor_panel as E
-from frontend import figures as F
-from frontend import generate_panel as G
-from frontend import plans as P
-from frontend import serving_panel as S
+from frontend import api, cold_open, components, editor_panel, figures, generate_panel, plans, serving_panel, views
 
 PAGE = "editor"
 st.title("Window editor")
-state = C.bind_state(PAGE)
+state = components.bind_state(PAGE)
 
 with api.guard("loading models", stop=True), st.spinner("Loading models from the API..."):
     models = api.cached("models")
     if not models:
-        C.unavailable_models_note()
-        C.placeholder("The API lists no models yet. Register the demo checkpoint (see README) and reload.")
+        components.unavailable_models_note()
+        components.placeholder("The API lists no models yet. Register the demo checkpoint (see README) and reload.")
         st.stop()
     ids = [m["id"] for m in models]
-    C.ensure_option(PAGE, "model", ids, "no such model")
+    components.ensure_option(PAGE, "model", ids, "no such model")
     c1, c2, c3 = st.columns([3, 1, 2])
     names = {m["id"]: f"{m['name']} ({m.get('family', 'aah')}, {m['n_layer']}×{m['n_head']} heads, T={m['seq_len']})"
              for m in models}
-    model_id = c1.selectbox("Model", ids, format_func=names.get, key=C.key(PAGE, "model"))
-    C.unavailable_models_note(c1)
-    C.ensure_option(PAGE, "eval", list(E.EVAL_SETS))
-    c2.selectbox("Eval set", list(E.EVAL_SETS), key=C.key(PAGE, "eval"))
-    C.ensure_option(PAGE, "metric", ["causal_coverage", "acr"])
-    c3.selectbox("Coverage metric for plots", ["causal_coverage", "acr"], key=C.key(PAGE, "metric"))
+    model_id = c1.selectbox("Model", ids, format_func=names.get, key=components.key(PAGE, "model"))
+    components.unavailable_models_note(c1)
+    components.ensure_option(PAGE, "eval", list(editor_panel.EVAL_SETS))
+    c2.selectbox("Eval set", list(editor_panel.EVAL_SETS), key=components.key(PAGE, "eval"))
+    components.ensure_option(PAGE, "metric", ["causal_coverage", "acr"])
+    c3.selectbox("Coverage metric for plots", ["causal_coverage", "acr"], key=components.key(PAGE, "metric"))
     model = next(m for m in models if m["id"] == model_id)
     opening = st.empty()  # the cold open: filled after the panel, so the first loss is not held up by it
     own_info = api.cached("model_windows", model_id)
     url_plan, own, ignored = views.plan_for(model, state["plan"] if state["model"] in ("", model_id) else "")
-    C.link_ignored(PAGE, "plan", ignored)
-    E.history(model, own, url_plan)
+    components.link_ignored(PAGE, "plan", ignored)
+    editor_panel.plan_history(model, own, url_plan)
 
 
 @st.fragment
@@ -45,55 +38,55 @@ def panel() -> None:
     """Everything an edit touches; an edit reruns only this fragment, not the page. The plan is
     evaluated and its loss sent first, into its place below the edit widgets, so the browser draws
     the new loss before it redraws the widgets and charts (bench/ui.py: click -> new loss)."""
-    hist = E.history(model, own, url_plan)
+    hist = editor_panel.plan_history(model, own, url_plan)
     history_slot = st.container()  # filled after the edits, so it shows this run's edit
-    bulk = C.lazy_expander("Bulk edits and presets", "editor._bulk_open")
+    bulk = components.lazy_expander("Bulk edits and presets", "editor._bulk_open")
     cell_slot, metrics_slot = st.container(), st.container()
     if bulk.open:  # its Apply button edits the plan in this run: before the evaluation
         with bulk:
-            E.preset_editor(model, own, hist, st.session_state[C.key(PAGE, "metric")])
-            E.bulk_editor(model, hist)
+            editor_panel.preset_editor(model, own, hist, st.session_state[components.key(PAGE, "metric")])
+            editor_panel.bulk_editor(model, hist)
     result = None
     with metrics_slot, api.guard("evaluating the plan"), st.spinner("Evaluating the plan..."):
-        result = views.evaluate(model_id, hist.current, st.session_state[C.key(PAGE, "eval")])
-        C.metric_badges(result)
+        result = views.evaluate(model_id, hist.current, st.session_state[components.key(PAGE, "eval")])
+        components.metric_badges(result)
     with metrics_slot:
-        S.serving_table(model, hist, st.session_state[C.key(PAGE, "eval")], E.commit)
+        serving_panel.serving_table(model, hist, st.session_state[components.key(PAGE, "eval")], editor_panel.commit)
     with cell_slot:
-        E.cell_editor(model, hist)
+        editor_panel.cell_editor(model, hist)
     with history_slot:
-        E.history_buttons(hist)
-    st.session_state[C.key(PAGE, "plan")] = "" if hist.current == own else P.encode_plan(hist.current)
-    live = C.current_state(PAGE)
-    C.publish(PAGE, live)
+        editor_panel.history_buttons(hist)
+    st.session_state[components.key(PAGE, "plan")] = "" if hist.current == own else plans.encode_plan(hist.current)
+    live = components.current_state(PAGE)
+    components.publish(PAGE, live)
     left, right = st.columns([3, 2])
     with left:  # a new session: the loss above is drawn first, the charts once the browser has shown it
-        charts = C.first_paint_done(PAGE)
+        charts = components.first_paint_done(PAGE)
     if not charts:
         left.caption("Drawing the window map and the charts...")
     else:
         with left:
-            E.grid(model, hist, live["layer"], live["head"])
-            E.table_editor(model, hist)
+            editor_panel.grid(model, hist, live["layer"], live["head"])
+            editor_panel.table_editor(model, hist)
         with right:
             if result:
-                E.live_plot(model, own_info, result, live["metric"])
+                editor_panel.live_plot(model, own_info, result, live["metric"])
         if result and result.get("per_token"):
             pt = result["per_token"]
-            C.show_figure(F.token_delta_figure(pt["tokens"], pt["delta"]), "editor._strip")
-    G.generate_panel(model, hist.current)
-    C.share_bar(PAGE, live, lambda: views.editor_section(live))
+            components.show_figure(figures.token_delta_figure(pt["tokens"], pt["delta"]), "editor._strip")
+    generate_panel.generate_panel(model, hist.current)
+    components.share_bar(PAGE, live, lambda: views.editor_section(live))
 
 
 panel()
 with api.guard("the opening line"):
     # from the model's own numbers: the one-head sweep (cached by the server after the first time), or
     # for a large model the retained-mass curves (one forward pass)
-    if model["n_layer"] * model["n_head"] <= O.SWEEP_LIMIT:
-        sens = api.cached("sensitivity", model_id, st.session_state[C.key(PAGE, "eval")])
-        line = O.from_sensitivity(sens["delta"], sens["buckets"])
+    if model["n_layer"] * model["n_head"] <= cold_open.SWEEP_LIMIT:
+        sens = api.cached("sensitivity", model_id, st.session_state[components.key(PAGE, "eval")])
+        line = cold_open.from_sensitivity(sens["delta"], sens["buckets"])
     else:
         rm = api.cached("retained_mass", model_id)
-        line = O.from_retained_mass(rm["mass"], rm["buckets"])
+        line = cold_open.from_retained_mass(rm["mass"], rm["buckets"])
     if line:
         opening.info(line, icon="👋")

@@ -3,12 +3,10 @@ exported as one offline HTML deck."""
 
 import streamlit as st
 
-from frontend import api, export, views
-from frontend import components as C
-from frontend import view_manager as VM
+from frontend import api, components, export, view_manager, views
 
 PAGE = "present"
-state = C.bind_state(PAGE)
+state = components.bind_state(PAGE)
 presenting = state["mode"] == "present"
 if presenting:
     st.markdown("<style>[data-testid='stMarkdownContainer'] p, [data-testid='stMarkdownContainer'] li"
@@ -21,15 +19,15 @@ else:
 with api.guard("loading saved views", stop=True), st.spinner("Loading saved views..."):
     saved = api.call("views")
     if not saved:
-        C.placeholder("No saved views yet. On any page open “Share · save · export” and press “Save view”.")
+        components.placeholder("No saved views yet. On any page open “Share · save · export” and press “Save view”.")
         st.stop()
     names = {v["id"]: f"#{v['id']} {v['name']} ({v['page']})" for v in saved}
-    k = C.key(PAGE, "deck")
-    st.session_state[k] = C.keep_known(PAGE, "deck", list(names), "no such saved view") or list(names)
+    k = components.key(PAGE, "deck")
+    st.session_state[k] = components.keep_known(PAGE, "deck", list(names), "no such saved view") or list(names)
     if not presenting:
         st.multiselect("Slides, in order", list(names), format_func=names.get, key=k)
     deck = st.session_state[k] or list(names)
-    sk = C.key(PAGE, "slide")
+    sk = components.key(PAGE, "slide")
     st.session_state[sk] = min(max(st.session_state[sk], 0), len(deck) - 1)
 
 
@@ -38,7 +36,7 @@ def _step(delta: int) -> None:
 
 
 def _mode(m: str) -> None:
-    st.session_state[C.key(PAGE, "mode")] = m
+    st.session_state[components.key(PAGE, "mode")] = m
 
 
 c1, c2, c3, c4 = st.columns([1, 1, 4, 2])
@@ -49,8 +47,8 @@ c2.button("Next ▶", key="present._next", on_click=_step, args=(1,), disabled=s
 c3.caption(f"slide {st.session_state[sk] + 1} of {len(deck)} · ← → move between slides")
 c4.button("Leave present mode" if presenting else "Present (full screen, no sidebar)", key="present._mode",
           on_click=_mode, args=("" if presenting else "present",))
-state = C.current_state(PAGE)
-C.publish(PAGE, state)
+state = components.current_state(PAGE)
+components.publish(PAGE, state)
 
 view = next(v for v in saved if v["id"] == deck[st.session_state[sk]])
 with api.guard(f"slide “{view['name']}”"), st.spinner(f"Rendering “{view['name']}”..."):
@@ -61,10 +59,10 @@ with api.guard(f"slide “{view['name']}”"), st.spinner(f"Rendering “{view['
     cols = st.columns(2 if len(sec.figures) > 1 else 1)
     for i, (name, fig) in enumerate(sec.figures.items()):
         with cols[i % len(cols)]:
-            C.show_figure(fig, f"present._fig.{view['id']}.{name}")
+            components.show_figure(fig, f"present._fig.{view['id']}.{name}")
 
 if not presenting:
-    VM.manager(saved)
+    view_manager.manager(saved)
     with st.expander("Export the deck (one slide per screen; arrow keys move)"), api.guard("exporting the deck"):
         if st.button("Prepare offline HTML deck", key="present._html"):
             with st.spinner(f"Rendering {len(deck)} slides..."):

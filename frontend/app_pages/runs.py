@@ -2,38 +2,35 @@
 
 import streamlit as st
 
-from frontend import api, jobs, views
-from frontend import components as C
-from frontend import groups as G
-from frontend import run_table as R
+from frontend import api, components, groups, jobs, run_table, views
 
 PAGE = "runs"
 STATUSES = ["", "SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"]
 st.title("Runs")
-state = C.bind_state(PAGE)
+state = components.bind_state(PAGE)
 
 SOURCES = ["", "job", "tracked", "imported", "suite", "paper"]
 c1, c2, c3, c4 = st.columns([2, 1, 1, 2])
-c1.text_input("Experiment", key=C.key(PAGE, "experiment"), placeholder="all experiments")
-C.ensure_option(PAGE, "status", STATUSES)
-c2.selectbox("Status", STATUSES, key=C.key(PAGE, "status"), format_func=lambda s: s or "any")
-c3.text_input("Preset", key=C.key(PAGE, "preset"), placeholder="any")
-c4.text_input("Search name / preset / id", key=C.key(PAGE, "q"))
+c1.text_input("Experiment", key=components.key(PAGE, "experiment"), placeholder="all experiments")
+components.ensure_option(PAGE, "status", STATUSES)
+c2.selectbox("Status", STATUSES, key=components.key(PAGE, "status"), format_func=lambda s: s or "any")
+c3.text_input("Preset", key=components.key(PAGE, "preset"), placeholder="any")
+c4.text_input("Search name / preset / id", key=components.key(PAGE, "q"))
 c1, c2, c3, c4 = st.columns([1, 1, 1, 2])
-C.ensure_option(PAGE, "source", SOURCES)
-c1.selectbox("Source", SOURCES, key=C.key(PAGE, "source"), format_func=lambda s: s or "any",
+components.ensure_option(PAGE, "source", SOURCES)
+c1.selectbox("Source", SOURCES, key=components.key(PAGE, "source"), format_func=lambda s: s or "any",
              help="job: trained here · tracked: reported from elsewhere · imported: aah import · suite: the "
                   "reproduction suite · paper: the paper's reported numbers")
-c2.text_input("Group", key=C.key(PAGE, "group"), placeholder="any", help="e.g. a suite row: full_adaptive")
-c3.text_input("Tag", key=C.key(PAGE, "tag"), placeholder="any")
+c2.text_input("Group", key=components.key(PAGE, "group"), placeholder="any", help="e.g. a suite row: full_adaptive")
+c3.text_input("Tag", key=components.key(PAGE, "tag"), placeholder="any")
 max_loss = c4.number_input("Max val_loss", 0.0, 100.0, 0.0, 0.1, key="runs._maxloss", help="0 = no limit")
 c1, c2, c3, c4 = st.columns([1, 1, 1, 2])
-c1.toggle("All params", key=C.key(PAGE, "allparams"), help="off: only params that differ between the listed runs")
-c2.toggle("Paper reference", key=C.key(PAGE, "paper"), help="the paper's reported Table 1/2 figures (read-only)")
-c3.toggle("Group seeds", key=C.key(PAGE, "bygroup"), help="one row per group: mean ± std of a metric over its runs")
+c1.toggle("All params", key=components.key(PAGE, "allparams"), help="off: only params that differ between the listed runs")
+c2.toggle("Paper reference", key=components.key(PAGE, "paper"), help="the paper's reported Table 1/2 figures (read-only)")
+c3.toggle("Group seeds", key=components.key(PAGE, "bygroup"), help="one row per group: mean ± std of a metric over its runs")
 cov = c4.slider("causal_coverage range", 0.0, 1.0, (0.0, 1.0), 0.01, key="runs._cov")
-state = C.current_state(PAGE)
-C.publish(PAGE, state)
+state = components.current_state(PAGE)
+components.publish(PAGE, state)
 filters = {"experiment": state["experiment"] or None, "preset": state["preset"] or None,
            "status": state["status"] or None, "source": state["source"] or None, "group": state["group"] or None,
            "tag": state["tag"] or None}
@@ -43,22 +40,22 @@ def load_runs() -> list[dict]:
     runs = api.call("runs", limit=500, **filters)
     if not state["paper"]:
         runs = [r for r in runs if not r.get("read_only")]
-    return R.filter_runs(runs, state["q"], max_loss or None, cov)
+    return run_table.filter_runs(runs, state["q"], max_loss or None, cov)
 
 
 def grouped_table(runs: list[dict]) -> None:
     keys = sorted({k for r in runs for k in (r.get("summary") or {})}) or ["val_loss"]
-    C.ensure_option(PAGE, "metric", keys)
-    metric = st.selectbox("Metric (mean ± std over each group's runs)", keys, key=C.key(PAGE, "metric"))
-    groups = api.call("run_groups", keys=[metric], experiment=filters["experiment"], group=filters["group"],
-                      source=filters["source"], tag=filters["tag"])
+    components.ensure_option(PAGE, "metric", keys)
+    metric = st.selectbox("Metric (mean ± std over each group's runs)", keys, key=components.key(PAGE, "metric"))
+    rows = api.call("run_groups", keys=[metric], experiment=filters["experiment"], group=filters["group"],
+                    source=filters["source"], tag=filters["tag"])
     shown = {r["id"] for r in runs}
     # the paper's rows pair its Table 1 with its Table 2, not seeds: Compare's reproduction view shows them
-    groups = [g for g in groups if set(g["run_ids"]) & shown and "paper" not in g["sources"]]
-    if not groups:
-        C.placeholder("None of these runs carries a group. Turn off “Group seeds” to list them.")
+    rows = [g for g in rows if set(g["run_ids"]) & shown and "paper" not in g["sources"]]
+    if not rows:
+        components.placeholder("None of these runs carries a group. Turn off “Group seeds” to list them.")
         return
-    st.dataframe(G.groups_frame(groups, metric), hide_index=True, key="runs._groups",
+    st.dataframe(groups.groups_frame(rows, metric), hide_index=True, key="runs._groups",
                  column_config={f"{metric} mean": st.column_config.NumberColumn(format="%.4f"),
                                 f"{metric} std": st.column_config.NumberColumn(format="%.4f")})
     st.caption("mean ± sample std (ddof 1) of each run's last value; n = runs with a finite value. Draw a group's "
@@ -78,7 +75,7 @@ def runs_table() -> None:
     with api.guard("loading runs"):
         runs = load_runs()
         if not runs:
-            C.placeholder("No runs match these filters. Launch one below, or clear the filters.")
+            components.placeholder("No runs match these filters. Launch one below, or clear the filters.")
             return
         if state["bygroup"]:
             grouped_table(runs)
@@ -103,8 +100,8 @@ def run_details(run: dict) -> None:
     """The last selected run: identity, every param, and its editable description, notes and tags."""
     with st.expander(f"Run #{run['id']} {run['name']}: identity, all {len(run.get('params') or {})} params, notes",
                      expanded=True):
-        st.markdown(" · ".join(f"**{k}** {v}" for k, v in R.identity_items(run)))
-        st.dataframe(R.params_frame(run), hide_index=True, key=f"runs._params.{run['id']}")
+        st.markdown(" · ".join(f"**{k}** {v}" for k, v in run_table.identity_items(run)))
+        st.dataframe(run_table.params_frame(run), hide_index=True, key=f"runs._params.{run['id']}")
         with st.form(f"runs._edit.{run['id']}"):
             desc = st.text_input("Description", run.get("description") or "", disabled=run.get("read_only"))
             notes = st.text_area("Notes", run.get("notes") or "", disabled=run.get("read_only"))
@@ -116,7 +113,7 @@ def run_details(run: dict) -> None:
         if saved:
             with api.guard("saving the run's notes"):
                 api.call("update_run", run["id"], description=desc.strip() or None, notes=notes.strip() or None,
-                         tags=R.parse_tags(tags))
+                         tags=run_table.parse_tags(tags))
                 st.success(f"Saved run #{run['id']}.")
 
 
@@ -135,7 +132,7 @@ with st.expander("Launch a training run", expanded=False), api.guard("launching 
         submitted = st.form_submit_button("Launch")
     if submitted:
         try:
-            overrides = R.parse_overrides(text)
+            overrides = run_table.parse_overrides(text)
         except ValueError as exc:
             st.error(str(exc))
         else:
@@ -150,4 +147,4 @@ with st.expander("Launch a training run", expanded=False), api.guard("launching 
 
 
 jobs.watch(baseline)  # progress every second; the page redraws when a job starts or ends
-C.share_bar(PAGE, state, lambda: views.runs_section(state))
+components.share_bar(PAGE, state, lambda: views.runs_section(state))

@@ -3,8 +3,7 @@ built only while open, and widgets of an earlier plan version that edit nothing.
 
 import streamlit as st
 
-from frontend import editor_panel as E
-from frontend import history as H
+from frontend import editor_panel, history
 from tests.frontend.test_pages import first_paint, open_expander, page
 
 
@@ -38,12 +37,12 @@ def test_editor_generate_panel_shows_both_continuations(fake_api):
 def test_a_replayed_widget_of_an_earlier_plan_edits_nothing():
     """Overlapping reruns send every widget the browser still shows, those drawn for an earlier plan
     too: their values (here a typed 256, i.e. full, and a pill's old label) must not edit the plan."""
-    hist = H.PlanHistory(base=[[None, None], [None, None]])
+    hist = history.PlanHistory(base=[[None, None], [None, None]])
     hist.push([[4, None], [None, None]])
     st.session_state["typed.old"], st.session_state["cell.old"] = 256, "8"
-    E._on_typed(hist, "typed.old", 0, 0, 0, 256)
-    E._on_cell(hist, "cell.old", 0, 0, 1)
+    editor_panel._on_typed(hist, "typed.old", 0, 0, 0, 256)
+    editor_panel._on_cell(hist, "cell.old", 0, 0, 1)
     assert hist.current == [[4, None], [None, None]] and hist.version == 1
     st.session_state["typed.new"] = 16
-    E._on_typed(hist, "typed.new", 1, 0, 0, 256)  # the widget drawn for this plan edits it
+    editor_panel._on_typed(hist, "typed.new", 1, 0, 0, 256)  # the widget drawn for this plan edits it
     assert hist.current == [[16, None], [None, None]]

@@ -4,13 +4,12 @@ import re
 
 import pytest
 
-from frontend import export
-from frontend import figures as F
+from frontend import export, figures
 
 
 def sections():
-    grid = F.window_grid_figure([[4, None]])
-    strip = F.token_delta_figure(["a", "b"], [0.1, -0.1])
+    grid = figures.window_grid_figure([[4, None]])
+    strip = figures.token_delta_figure(["a", "b"], [0.1, -0.1])
     return [export.Section("one", {"grid": grid}, ["loss 2.0"]), export.Section("two <b>", {"strip": strip})]
 
 
@@ -25,9 +24,9 @@ def test_html_is_self_contained_with_plotly_inlined_once():
 def test_image_export_reports_why_when_unavailable(monkeypatch):
     monkeypatch.setattr(export, "image_export_status", lambda: (False, "no Chromium here"))
     with pytest.raises(export.ExportUnavailable, match="no Chromium here"):
-        export.figure_image(F.token_delta_figure(["a"], [0.0]), "png")
+        export.figure_image(figures.token_delta_figure(["a"], [0.0]), "png")
     with pytest.raises(ValueError):
-        export.figure_image(F.token_delta_figure(["a"], [0.0]), "gif")
+        export.figure_image(figures.token_delta_figure(["a"], [0.0]), "gif")
 
 
 @pytest.mark.slow
@@ -35,13 +34,13 @@ def test_png_and_svg_render_with_the_local_chromium():
     ok, reason = export.image_export_status()
     if not ok:
         pytest.skip(reason)
-    fig = F.window_grid_figure([[4, None]])
+    fig = figures.window_grid_figure([[4, None]])
     assert export.figure_image(fig, "png")[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"<svg" in export.figure_image(fig, "svg")[:200]
 
 
 def test_a_deck_is_one_slide_per_screen_with_arrow_keys():
-    figs = {f"g{i}": F.window_grid_figure([[4, None]]) for i in range(3)}
+    figs = {f"g{i}": figures.window_grid_figure([[4, None]]) for i in range(3)}
     doc = export.html_document("deck", [export.Section("three", figs), *sections()], slides=True)
     assert "<html class=deck>" in doc and "section.slide{height:100vh" in doc and "scroll-snap-type:y mandatory" in doc
     # three figures share the screen: 2 columns x 2 rows, each figure sized by its cell (no fixed height)

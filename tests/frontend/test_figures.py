@@ -5,8 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from frontend import attention_figures as A
-from frontend import figures as F
+from frontend import attention_figures, figures
 
 PLAN = [[4, 8, None, 16], [8, None, 4, 4]]
 
@@ -16,16 +15,16 @@ def attn(n=6):
 
 
 def test_window_grid_layer_rows_head_columns_and_one_fixed_log_colour_scale():
-    fig = F.window_grid_figure(PLAN, changed=[[True, False, False, False], [False] * 4], selected=(1, 2))
+    fig = figures.window_grid_figure(PLAN, changed=[[True, False, False, False], [False] * 4], selected=(1, 2))
     hm = fig.data[0]
     assert np.array(hm.z).shape == (2, 4)  # rows = layers, columns = heads
     assert hm.text[0][2] == "full" and hm.text[1][0] == "8"
-    assert (hm.zmin, hm.zmax) == (0, F.FULL_Z)  # fixed: the same whatever the plan holds
+    assert (hm.zmin, hm.zmax) == (0, figures.FULL_Z)  # fixed: the same whatever the plan holds
     assert hm.z[0][0] == 2 and hm.z[0][1] == 3 and hm.z[0][3] == 4  # log2 of the window
-    assert hm.z[0][2] == F.FULL_Z  # full is the top colour
+    assert hm.z[0][2] == figures.FULL_Z  # full is the top colour
     assert list(hm.colorbar.ticktext)[:3] == ["1", "4", "16"] and hm.colorbar.ticktext[-1] == "full"
     # 16 gets the same colour in a uniform-16 map as in a mixed one (it is not "the widest" there)
-    assert F.window_grid_figure([[16, 16]]).data[0].z[0][0] == hm.z[0][3]
+    assert figures.window_grid_figure([[16, 16]]).data[0].z[0][0] == hm.z[0][3]
     assert fig.layout.yaxis.autorange == "reversed"  # layer 0 on top
     rects = [s for s in fig.layout.shapes if s.type == "rect"]
     assert [(r.x0, r.y0, r.line.color) for r in rects] == [(-0.5, -0.5, "#ff2d55"), (1.5, 0.5, "#000000")]
@@ -35,7 +34,7 @@ def test_window_diff_outlines_changed_cells_in_both_maps():
     b = [list(r) for r in PLAN]
     b[1][3] = None
     changed = [[False] * 4, [False, False, False, True]]
-    fig = F.window_diff_figure(PLAN, b, changed, names=("run 1", "run 2"))
+    fig = figures.window_diff_figure(PLAN, b, changed, names=("run 1", "run 2"))
     assert len(fig.data) == 2 and fig.data[0].zmax == fig.data[1].zmax
     assert {(s.xref, s.x0, s.y0) for s in fig.layout.shapes} == {("x", 2.5, 0.5), ("x2", 2.5, 0.5)}
     assert "1 head(s) differ" in fig.layout.title.text
@@ -44,7 +43,7 @@ def test_window_diff_outlines_changed_cells_in_both_maps():
 def test_attention_figure_blank_upper_triangle_and_fixed_scale():
     w = attn()
     w[0][3] = 0.7  # a value above the diagonal must still be blanked
-    fig = A.attention_figure(w, list("abcdef"), window=2)
+    fig = attention_figures.attention_figure(w, list("abcdef"), window=2)
     z = np.array(fig.data[0].z, dtype=float)
     assert np.isnan(z[np.triu_indices(6, k=1)]).all()
     assert not np.isnan(z[np.tril_indices(6)]).any()
@@ -59,27 +58,27 @@ def test_attention_figure_blank_upper_triangle_and_fixed_scale():
 
 
 def test_attention_labels_count_from_the_texts_start_and_show_blank_tokens():
-    fig = A.attention_figure(attn(3), ["x", " ", "\n"], window=None, offset=500, pool=2)
+    fig = attention_figures.attention_figure(attn(3), ["x", " ", "\n"], window=None, offset=500, pool=2)
     assert list(fig.data[0].x) == ["(500) x", "(502) ␣", "(504) ↵"]
 
 
 def test_attention_colour_scales_keep_weak_weights_visible():
     w = [[1.0, None, None], [0.999, 0.001, None], [0.5, 0.25, 0.25]]
-    lin = A.attention_figure(w, list("abc"), None, scale="linear").data[0]
-    log = A.attention_figure(w, list("abc"), None, scale="log").data[0]
-    row = A.attention_figure(w, list("abc"), None, scale="row").data[0]
-    assert (lin.zmin, lin.zmax, log.zmin, log.zmax, row.zmin, row.zmax) == (0, 1, A.LOG_FLOOR_EXP, 0, 0, 1)
+    lin = attention_figures.attention_figure(w, list("abc"), None, scale="linear").data[0]
+    log = attention_figures.attention_figure(w, list("abc"), None, scale="log").data[0]
+    row = attention_figures.attention_figure(w, list("abc"), None, scale="row").data[0]
+    assert (lin.zmin, lin.zmax, log.zmin, log.zmax, row.zmin, row.zmax) == (0, 1, attention_figures.LOG_FLOOR_EXP, 0, 0, 1)
     assert np.array(log.z, dtype=float)[1, 1] == pytest.approx(-3.0)  # 0.001 -> 1e-3, mid-scale, not washed out
     assert np.array(row.z, dtype=float)[2].tolist() == pytest.approx([1.0, 0.5, 0.5])  # ÷ the row's largest
     assert np.isnan(np.array(row.z, dtype=float)[0, 1]) and np.isnan(np.array(log.z, dtype=float)[0, 2])
     assert log.customdata[1][1][1] == pytest.approx(0.001)  # the hover keeps the weight itself
     with pytest.raises(ValueError, match="colour scale"):
-        A.attention_figure(w, list("abc"), None, scale="cubic")
+        attention_figures.attention_figure(w, list("abc"), None, scale="cubic")
 
 
 def test_head_multiples_one_map_per_head_and_clicks_name_the_head():
     maps = [attn(4), attn(4), attn(4)]
-    fig = A.head_multiples_figure(maps, [2, None, 3], layer=1, selected=2, cols=2)
+    fig = attention_figures.head_multiples_figure(maps, [2, None, 3], layer=1, selected=2, cols=2)
     heat = [t for t in fig.data if t.type == "heatmap"]
     marks = [t for t in fig.data if t.type == "scatter"]
     assert len(heat) == 3 and len(marks) == 3 and fig.data.index(marks[0]) == 3
@@ -88,23 +87,24 @@ def test_head_multiples_one_map_per_head_and_clicks_name_the_head():
     outlined = [s for s in fig.layout.shapes if s.type == "rect"]
     assert [(s.xref, s.yref) for s in outlined] == [("x3 domain", "y3 domain")]
     assert {s.xref for s in fig.layout.shapes if s.name == "window"} == {"x", "x3"}  # H1 is full: no edge
-    assert A.clicked_head([{"curve_number": 4}], 3) == 1 and A.clicked_head([{"curve_number": 1}], 3) is None
+    assert attention_figures.clicked_head([{"curve_number": 4}], 3) == 1
+    assert attention_figures.clicked_head([{"curve_number": 1}], 3) is None
 
 
 def test_small_multiples_are_averaged_down_and_keep_the_band_in_blocks():
-    z = A.as_matrix(attn(200))
-    small = A.block_mean(z, 64)
+    z = attention_figures.as_matrix(attn(200))
+    small = attention_figures.block_mean(z, 64)
     assert small.shape == (50, 50)  # blocks of 4
     assert small[10, 3] == pytest.approx(np.mean(z[40:44, 12:16])) and np.isnan(small[3, 10])
-    assert A.block_mean(z[:8, :8], 64).shape == (8, 8)  # small maps keep every cell
-    fig = A.head_multiples_figure([attn(200)], [40], layer=0)
+    assert attention_figures.block_mean(z[:8, :8], 64).shape == (8, 8)  # small maps keep every cell
+    fig = attention_figures.head_multiples_figure([attn(200)], [40], layer=0)
     assert np.array(fig.data[0].z).shape == (50, 50)
     window = next(s for s in fig.layout.shapes if s.name == "window")
     assert window.path.startswith("M -0.5,9.5")  # 40 tokens = 10 blocks of 4
 
 
 def test_query_text_colours_each_key_by_the_queries_weight():
-    html = A.query_text_html(["<a>", "b", "c", "d"], [0.2, 0.8, 0.0, None], 2, offset=10)
+    html = attention_figures.query_text_html(["<a>", "b", "c", "d"], [0.2, 0.8, 0.0, None], 2, offset=10)
     spans = html.split("<span")[1:]
     assert len(spans) == 4 and "&lt;a&gt;" in spans[0]  # escaped
     assert "rgba(31,119,180,0.250)" in spans[0] and "rgba(31,119,180,1.000)" in spans[1]
@@ -113,28 +113,29 @@ def test_query_text_colours_each_key_by_the_queries_weight():
 
 
 def test_band_coordinates_separate_kept_from_cut_keys():
-    band = A.band_coordinates(6, 2)
+    band = attention_figures.band_coordinates(6, 2)
     assert band["diagonal"][:3] == [(-0.5, -0.5), (0.5, -0.5), (0.5, 0.5)]  # right of key 0 in row 0
     edge = band["window"]
     assert edge[0] == (-0.5, 1.5)  # rows 0 and 1 keep every key; row 2 is the first to lose one
     # row 4 keeps keys 3, 4 (w = 2): its edge is the vertical segment x = 2.5 from y = 3.5 to 4.5
     assert ((2.5, 3.5), (2.5, 4.5)) in list(zip(edge, edge[1:]))
     assert edge[-1] == (3.5, 5.5)
-    assert "window" not in A.band_coordinates(6, None) and "window" not in A.band_coordinates(6, 6)
+    assert "window" not in attention_figures.band_coordinates(6, None)
+    assert "window" not in attention_figures.band_coordinates(6, 6)
 
 
 def test_attention_band_shapes_follow_pooling():
-    fig = A.attention_figure(attn(8), list("abcdefgh"), window=8, pool=4)  # window 8 tokens = 2 pooled blocks
+    fig = attention_figures.attention_figure(attn(8), list("abcdefgh"), window=8, pool=4)  # window 8 tokens = 2 pooled blocks
     paths = {s.name: s.path for s in fig.layout.shapes}
     assert paths["window"].startswith("M -0.5,1.5 L 0.5,1.5")
     assert paths["diagonal"].startswith("M -0.5,-0.5 L 0.5,-0.5")
-    assert A.attention_figure(attn(), list("abcdef"), window=None).layout.title.text.endswith("(window full)")
+    assert attention_figures.attention_figure(attn(), list("abcdef"), window=None).layout.title.text.endswith("(window full)")
 
 
 def test_attention_diff_is_diverging_and_symmetric():
     full = attn()
     win = [[(v * 0.5 if v is not None else None) for v in row] for row in full]
-    fig = A.attention_diff_figure(full, win, list("abcdef"))
+    fig = attention_figures.attention_diff_figure(full, win, list("abcdef"))
     hm = fig.data[0]
     assert hm.colorscale[0][1] != hm.colorscale[-1][1] and hm.zmid == 0
     assert hm.zmin == -hm.zmax == pytest.approx(-0.5)
@@ -142,32 +143,32 @@ def test_attention_diff_is_diverging_and_symmetric():
 
 
 def test_cut_mass_bars_on_query_axis():
-    fig = A.cut_mass_figure([0.0, 0.2, 0.5], list("abc"))
+    fig = attention_figures.cut_mass_figure([0.0, 0.2, 0.5], list("abc"))
     assert list(fig.data[0].x) == [0.0, 0.2, 0.5] and fig.layout.yaxis.autorange == "reversed"
     assert tuple(fig.layout.xaxis.range) == (0, 1)
 
 
 def test_retained_mass_marks_the_assigned_window_within_the_context():
-    fig = F.retained_mass_figure([4, 8, None], [0.5, 0.8, 1.0], 8, seq_len=32, tau=0.9)
+    fig = figures.retained_mass_figure([4, 8, None], [0.5, 0.8, 1.0], 8, seq_len=32, tau=0.9)
     assert list(fig.data[0].x) == [4, 8, 32] and fig.layout.xaxis.type == "log"
     assert tuple(fig.layout.xaxis.range) == (0, pytest.approx(math.log10(32)))  # 1..T, nothing beyond
     assigned = next(t for t in fig.data if t.name.startswith("assigned"))
     assert list(assigned.x) == [8, 8] and assigned.name == "assigned 8"
     assert not fig.layout.annotations and not fig.layout.shapes  # no log-axis annotation at 10^x
-    full = F.retained_mass_figure([4, None], [0.5, 1.0], None, seq_len=32)
+    full = figures.retained_mass_figure([4, None], [0.5, 1.0], None, seq_len=32)
     assert next(t for t in full.data if t.name == "assigned full").x == (32, 32)
 
 
 def test_sensitivity_heatmap_shape_and_centre():
     delta = [[[0.3, 0.0], [0.1, 0.0]], [[-0.05, 0.0], [0.2, 0.0]]]
-    fig = F.sensitivity_figure(delta, [4, None], 0)
+    fig = figures.sensitivity_figure(delta, [4, None], 0)
     hm = fig.data[0]
     assert np.array(hm.z).tolist() == [[0.3, 0.1], [-0.05, 0.2]]
     assert hm.zmid == 0 and hm.zmax == pytest.approx(0.3) and hm.zmin == pytest.approx(-0.3)
 
 
 def test_token_delta_strip():
-    fig = F.token_delta_figure(["a", "b", "c"], [0.2, None, -0.1])
+    fig = figures.token_delta_figure(["a", "b", "c"], [0.2, None, -0.1])
     hm = fig.data[0]
     z = np.array(hm.z, dtype=float)
     assert z.shape == (1, 3) and math.isnan(z[0, 1]) and hm.zmax == pytest.approx(0.2) and hm.zmid == 0
@@ -175,8 +176,8 @@ def test_token_delta_strip():
 
 @pytest.mark.parametrize("metric", ["acr", "causal_coverage"])
 def test_loss_coverage_names_metric_source_and_eval_set(metric):
-    fig = F.loss_coverage_figure(metric, "text", curve=[{"x": 1.0, "y": 2.0}, {"x": 0.5, "y": 2.2}],
-                                 live={"x": 0.4, "y": 2.1}, baseline={"x": 0.5, "y": 2.0})
+    fig = figures.loss_coverage_figure(metric, "text", curve=[{"x": 1.0, "y": 2.0}, {"x": 0.5, "y": 2.2}],
+                                       live={"x": 0.4, "y": 2.1}, baseline={"x": 0.5, "y": 2.0})
     assert fig.layout.xaxis.title.text.startswith(metric)
     assert [t.name for t in fig.data] == ["allocation curve · eval text", "model's own plan · eval text",
                                           "current edit · eval text"]
@@ -186,64 +187,64 @@ def test_loss_coverage_names_metric_source_and_eval_set(metric):
 def test_runs_coverage_one_trace_per_comparable_group():
     runs = [{"x": 0.3, "y": 2.0, "name": "a", "group": "4×4"}, {"x": 0.5, "y": 6.5, "name": "p", "group": "paper"},
             {"x": 0.6, "y": 1.9, "name": "b", "group": "4×4"}]
-    fig = F.runs_coverage_figure("acr", runs)
+    fig = figures.runs_coverage_figure("acr", runs)
     assert [(t.name.split(" · ")[0], list(t.x)) for t in fig.data] == [("4×4", [0.3, 0.6]), ("paper", [0.5])]
     assert "own validation set" in fig.layout.yaxis.title.text
 
 
 def test_ema_debiased_and_skips_missing():
-    assert F.ema([1.0, 2.0], 0.0) == [1.0, 2.0]
-    out = F.ema([2.0, None, 2.0, 4.0], 0.5)
+    assert figures.ema([1.0, 2.0], 0.0) == [1.0, 2.0]
+    out = figures.ema([2.0, None, 2.0, 4.0], 0.5)
     assert out[0] == 2.0 and out[1] is None and out[2] == pytest.approx(2.0)
     assert 2.0 < out[3] < 4.0
 
 
 def test_metric_curves_sparse_series_drawn_raw_whatever_the_smoothing():
-    fig = F.metric_curves_figure({"val_loss": ([0, 50, 100], [3.0, 2.0, 2.5])}, 0.6)
+    fig = figures.metric_curves_figure({"val_loss": ([0, 50, 100], [3.0, 2.0, 2.5])}, 0.6)
     (line,) = fig.data
     assert line.name == "val_loss" and list(line.y) == [3.0, 2.0, 2.5] and line.mode == "lines+markers"
 
 
 def test_metric_curves_dense_series_get_an_ema_overlay_beside_the_raw_line():
-    steps = list(range(1, F.DENSE_POINTS + 1))
+    steps = list(range(1, figures.DENSE_POINTS + 1))
     values = [float(s % 7) for s in steps]
-    raw, smooth = F.metric_curves_figure({"train_loss": (steps, values)}, 0.6).data
+    raw, smooth = figures.metric_curves_figure({"train_loss": (steps, values)}, 0.6).data
     assert raw.name == "train_loss" and list(raw.y) == values  # raw values untouched, last point stored
     assert smooth.name == "train_loss (EMA 0.6)" and smooth.line.color == raw.line.color
-    assert list(smooth.y) == pytest.approx(F.ema(values, 0.6)) and list(smooth.y) != values
-    (alone,) = F.metric_curves_figure({"train_loss": (steps, values)}, 0.0).data  # smoothing off: raw only
+    assert list(smooth.y) == pytest.approx(figures.ema(values, 0.6)) and list(smooth.y) != values
+    (alone,) = figures.metric_curves_figure({"train_loss": (steps, values)}, 0.0).data  # smoothing off: raw only
     assert list(alone.y) == values
 
 
 def test_window_fraction_stack_orders_buckets_full_last():
-    fig = F.window_fraction_figure({"full": ([0], [0.5]), "16": ([0], [0.25]), "4": ([0], [0.25])})
+    fig = figures.window_fraction_figure({"full": ([0], [0.5]), "16": ([0], [0.25]), "4": ([0], [0.25])})
     assert [t.name for t in fig.data] == ["window 4", "window 16", "window full"]
     assert all(t.stackgroup == "frac" for t in fig.data) and tuple(fig.layout.yaxis.range) == (0, 1)
 
 
 def test_all_full_grid_uses_the_top_colour():
-    hm = F.window_grid_figure([[None, None]]).data[0]
-    assert hm.z[0][0] == hm.zmax == F.FULL_Z and hm.zmin == 0
+    hm = figures.window_grid_figure([[None, None]]).data[0]
+    assert hm.z[0][0] == hm.zmax == figures.FULL_Z and hm.zmin == 0
 
 
 def test_clickable_grid_has_a_point_on_every_cell():
-    fig = F.window_grid_figure(PLAN, clickable=True)
+    fig = figures.window_grid_figure(PLAN, clickable=True)
     pts = fig.data[1]
     assert sorted(zip(pts.y, pts.x)) == [(l, h) for l in range(2) for h in range(4)]
     assert fig.data[0].hoverinfo == "skip"
 
 
 def test_loss_against_kv_bytes_scales_its_axis_to_the_bytes():
-    fig = F.loss_coverage_figure("kv_bytes", "mixed", curve=[{"x": 4096, "y": 2.0}, {"x": 1024, "y": 2.3}],
-                                 live={"x": 2048, "y": 2.1}, baseline={"x": 4096, "y": 2.0})
+    fig = figures.loss_coverage_figure("kv_bytes", "mixed", curve=[{"x": 4096, "y": 2.0}, {"x": 1024, "y": 2.3}],
+                                       live={"x": 2048, "y": 2.1}, baseline={"x": 4096, "y": 2.0})
     assert fig.layout.xaxis.title.text.startswith("KV cache")
     assert fig.layout.xaxis.range is None and fig.layout.xaxis.rangemode == "tozero"
-    assert F.loss_coverage_figure("acr", "mixed").layout.xaxis.range == (0, 1.05)
+    assert figures.loss_coverage_figure("acr", "mixed").layout.xaxis.range == (0, 1.05)
 
 
 def test_cost_summary_gives_both_fractions_of_full():
     result = {"kv_bytes": 300, "kv_bytes_full": 1000, "attention_pairs": 1, "attention_pairs_full": 3}
-    assert F.cost_summary(result) == "KV cache 30.0 % of full · attention pairs 33.3 % of full"
+    assert figures.cost_summary(result) == "KV cache 30.0 % of full · attention pairs 33.3 % of full"
 
 
 def test_cache_growth_one_line_per_plan_and_the_full_plan_dashed():
@@ -252,7 +253,7 @@ def test_cache_growth_one_line_per_plan_and_the_full_plan_dashed():
     resp = {"prompt_tokens": 3, "cache_bytes": [30, 40, 40], "kv_bytes_full": 5 * 20}
     assert growth(resp) == ([3, 4, 5], [30, 40, 40])
     assert full_growth(resp) == ([3, 4, 5], [60, 80, 100])  # 20 bytes a position, context 5 at the end
-    fig = F.cache_growth_figure({"edited plan": growth(resp)}, full=full_growth(resp))
+    fig = figures.cache_growth_figure({"edited plan": growth(resp)}, full=full_growth(resp))
     assert [t.name for t in fig.data] == ["edited plan", "full plan"]
     assert fig.data[1].line.dash == "dash" and fig.data[0].y == (30, 40, 40)
 

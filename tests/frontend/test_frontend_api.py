@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from aah_client import ApiClient
-from frontend import api
-from frontend import components as C
+from frontend import api, components
 
 FRONTEND = Path(api.__file__).resolve().parent
 
@@ -38,7 +37,7 @@ def test_a_cached_read_is_asked_once(fake_api):
     ({"selection": {"points": []}}, None), ({}, None), (None, None),
 ])
 def test_a_grid_click_picks_layer_y_and_head_x(event, picked):
-    assert C.picked_head(event) == picked
+    assert components.picked_head(event) == picked
 
 
 def test_the_grid_click_is_read_in_one_place():

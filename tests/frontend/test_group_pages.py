@@ -5,8 +5,7 @@ import statistics
 
 import pytest
 
-from frontend import group_figures as GF
-from frontend import groups as G
+from frontend import group_figures, groups
 from tests.frontend.test_pages import page, url
 
 
@@ -66,7 +65,7 @@ def test_compare_groups_mode_draws_bands_and_the_table(fake_api):
     assert at.session_state["compare.groups"] == ["demo::full_adaptive"]  # the paper's group is not offered
     assert fake_api.called("group_series")[0][1] == ("demo", "full_adaptive")
     cell = at.dataframe[0].value.iloc[0]["val_loss"]
-    assert cell == G.pm({"n": 2, "mean": statistics.fmean([2.3, 2.5]), "std": statistics.stdev([2.3, 2.5])})
+    assert cell == groups.pm({"n": 2, "mean": statistics.fmean([2.3, 2.5]), "std": statistics.stdev([2.3, 2.5])})
     assert not at.exception and not at.error
 
 
@@ -81,14 +80,14 @@ def test_compare_reproduction_view_puts_ours_beside_the_papers_table_1(fake_api)
 
 def test_band_edges_and_reproduction_rows_are_exact():
     curve = {"step": [0, 1], "mean": [1.0, 2.0], "std": [0.5, None], "min": [0.2, 2.0], "max": [1.9, 2.0]}
-    assert GF.band_edges(curve, "std") == ([0.5, None], [1.5, None])  # one run at step 1: no band
-    assert GF.band_edges(curve, "minmax") == ([0.2, 2.0], [1.9, 2.0])
+    assert group_figures.band_edges(curve, "std") == ([0.5, None], [1.5, None])  # one run at step 1: no band
+    assert group_figures.band_edges(curve, "minmax") == ([0.2, 2.0], [1.9, 2.0])
     runs = [{"group": g, "seed": s, "summary": {"val_loss": v}} for g, s, v in
             [("baseline", 0, 2.0), ("baseline", 1, 2.2), ("x", 0, 1.9), ("x", 1, 2.0), ("x", 2, 1.0)]]
-    assert G.paired_deltas(runs) == {"x": [pytest.approx(-0.1), pytest.approx(-0.2)]}  # seed 2 has no baseline
+    assert groups.paired_deltas(runs) == {"x": [pytest.approx(-0.1), pytest.approx(-0.2)]}  # seed 2 has no baseline
     paper = [{"group": "baseline", "params": {"table": "Table 1 (t)"}, "summary": {"val_loss": 6.5}},
              {"group": "x", "params": {"table": "Table 1 (t)"}, "summary": {"val_loss": 6.4}},
              {"group": "x", "params": {"table": "Table 2 (i)"}, "summary": {"val_loss": 9.0}}]
-    ours, theirs = G.reproduction_rows([], runs, paper, "delta")
+    ours, theirs = groups.reproduction_rows([], runs, paper, "delta")
     assert ours[0]["row"] == "x" and ours[0]["mean"] == pytest.approx(-0.15) and ours[0]["n"] == 2
     assert theirs == [{"row": "x", "mean": pytest.approx(-0.1), "std": None, "n": 1}]  # Table 2 is left out
