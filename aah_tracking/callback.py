@@ -12,6 +12,7 @@ server gets FINAL_GRACE_S more to come back); whatever could not be sent stays i
 from __future__ import annotations
 
 import math
+import secrets
 import sys
 import threading
 import time
@@ -76,6 +77,7 @@ class TrackingCallback(Callback):
                  final_timeout_s: float = 300.0, say: Callable[[str], None] = _say) -> None:
         self.transport, self.spool, self.config = transport, spool, config
         self.run_key = f"run-{uuid.uuid4().hex}"
+        self.write_secret = secrets.token_urlsafe(32)  # every write to the run carries it (kept in the spool)
         self.identity = {"name": name, "experiment": experiment, "group": group, "tags": tags or [], "source": source}
         self.upload, self.flush_steps, self.flush_s = upload, flush_steps, flush_s
         self.reconnect_s, self.final_timeout_s, self.say = reconnect_s, final_timeout_s, say
@@ -97,7 +99,8 @@ class TrackingCallback(Callback):
 
     def on_start(self, info: dict[str, Any]) -> None:
         self._create = {"op": "create", "run_key": self.run_key, "body": {
-            "run_key": self.run_key, **self.identity, "preset": self.config.preset, "config": self.config.to_dict(),
+            "run_key": self.run_key, "write_secret": self.write_secret, **self.identity,
+            "preset": self.config.preset, "config": self.config.to_dict(),
             "data_hash": info.get("data_hash"), "git_rev": info.get("git_rev"), "seed": self.config.train.seed,
             "total_steps": info.get("total_steps"), "start_step": info.get("start_step", 0)}}
         self._thread = threading.Thread(target=self._run, name="aah-tracking", daemon=True)
@@ -178,7 +181,7 @@ class TrackingCallback(Callback):
                     self.say(f"{exc}; spooling to {self.spool.path} and retrying every {self.reconnect_s:g} s")
                 except Refused as exc:
                     self.mode = "refused"
-                    why = "refused the token" if exc.status in (401, 403) else "refused a request"
+                    why = "refused the token" if exc.status == 401 else "refused a request"
                     self.say(f"the server {why} ({exc}); training goes on, spooling to {self.spool.path} "
                              f"(send later with `aah sync`)")
             self._to_spool(op)

@@ -1,7 +1,9 @@
 """A finished run folder of `aah train` (checkpoint + metrics and plans histories) as tracking operations.
 
 The run key is a hash of the folder's content, so importing the same run again names the same run
-on the server (and every operation is idempotent there): `aah import` can be repeated safely.
+on the server (and every operation is idempotent there): `aah import` can be repeated safely. The run's
+write secret is another hash of the same content, which the key does not reveal: whoever holds the
+folder may import it again (or finish an import that was cut short), nobody else may write to the run.
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ def _rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def content_key(files: list[Path], salt: str = "") -> str:
-    """'import-' + the SHA-256 of ``salt`` and the files' names and bytes (missing files count as absent)."""
+def content_key(files: list[Path], salt: str = "") -> tuple[str, str]:
+    """(run key, write secret) of ``salt`` and the files' names and bytes (missing files count as absent):
+    'import-' + 40 hex digits of their SHA-256, and the SHA-256 of the same bytes followed by a marker (the
+    key's truncated digest does not give it away)."""
     digest = hashlib.sha256(salt.encode())
     for file in files:
         if file.is_file():
@@ -49,7 +53,9 @@ def content_key(files: list[Path], salt: str = "") -> str:
             with file.open("rb") as f:
                 for block in iter(lambda: f.read(1 << 20), b""):
                     digest.update(block)
-    return f"import-{digest.hexdigest()[:40]}"
+    secret = digest.copy()
+    secret.update(b"\0aah write secret")
+    return f"import-{digest.hexdigest()[:40]}", secret.hexdigest()
 
 
 def suite_runs(path: Path) -> list[tuple[Path, dict[str, str]]] | None:
@@ -75,11 +81,11 @@ def folder_ops(run_dir: str | Path, experiment: str = "imported", upload: bool =
     info = read_checkpoint_info(run_dir)  # validates config, plan and weights header; names the bad file
     metrics_file, plans_file = histories(run_dir)
     salt = "" if source == "imported" else f"{source}/{experiment}/{group}/{name}"  # suite seeds may be equal files
-    key = content_key([run_dir / f for f in FILES] + [metrics_file, plans_file], salt)
+    key, secret = content_key([run_dir / f for f in FILES] + [metrics_file, plans_file], salt)
     config = info.config
     step = int(info.meta.get("step", config.train.max_steps))
     create = {"op": "create", "run_key": key, "body": {
-        "run_key": key, "name": name or run_dir.name, "experiment": experiment, "source": source, "group": group,
+        "run_key": key, "write_secret": secret, "name": name or run_dir.name, "experiment": experiment, "source": source, "group": group,
         "preset": config.preset,
         "config": config.to_dict(), "data_hash": info.meta.get("data_hash"), "git_rev": info.meta.get("git_rev"),
         "total_steps": config.train.max_steps, "seed": config.train.seed}}

@@ -2,7 +2,8 @@
 
 A spool always starts with its run's create operation, so it can be replayed by a later process
 (`aah sync RUN_DIR`) that knows nothing else; replaying is idempotent on the server. It lives beside
-the run's checkpoint folder, as the metrics and plans histories do: ``<out>.tracking.jsonl``.
+the run's checkpoint folder, as the metrics and plans histories do: ``<out>.tracking.jsonl``. The create
+operation holds the run's write secret, so the file is made readable by its owner only.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class Spool:
     def append(self, ops: Iterable[Op]) -> None:
         """Append and flush to disk: a process that dies right after loses nothing spooled."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with open(fd, "a") as f:
             for op in ops:
                 f.write(json.dumps(op, allow_nan=False) + "\n")
             f.flush()

@@ -4,6 +4,11 @@ An operation is a small JSON-able dict, the same in memory, in a spool file and 
 ``{"op": "create", "run_key", "body"}``, ``{"op": "log", "run_key", "body"}``,
 ``{"op": "status", "run_key", "body"}`` and ``{"op": "checkpoint", "run_key", "path"}``. Every one is
 idempotent on the server, so sending one again (a retry, a replayed spool) is always safe.
+
+A create operation carries the run's write secret (``body.write_secret``, chosen by the client), so a
+spool or a retried create holds what every later write needs: the secret goes with each of them in the
+``X-AAH-Run-Secret`` header. A create without one (a spool of an older client) takes the secret the server
+answers; if the run exists already, its writes cannot be made and Refused says so.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from aah_core.checkpoint import FILES
 Op = dict[str, Any]
 PREFIX = "/api/v1/tracking/runs"
 RETRY_STATUSES = (500, 502, 503, 504)  # the server is there but not able to answer now
+SECRET_HEADER = "X-AAH-Run-Secret"
 
 
 class Unreachable(Exception):
@@ -43,7 +49,7 @@ def _detail(response: httpx.Response) -> str:
 
 
 class Transport:
-    """One server; remembers the run id the server gave each run key."""
+    """One server; remembers the run id the server gave each run key, and the run's write secret."""
 
     def __init__(self, uri: str, token: str | None = None, timeout_s: float = 10.0, retries: int = 3,
                  backoff_s: float = 0.5, upload_timeout_s: float = 300.0) -> None:
@@ -54,25 +60,33 @@ class Transport:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=self.uri, headers=headers, timeout=httpx.Timeout(timeout_s, connect=3.0))
         self.run_ids: dict[str, int] = {}
+        self.secrets: dict[str, str] = {}
 
     def send(self, op: Op) -> dict[str, Any]:
         """Send one operation; raises Unreachable (try later) or Refused (will not be taken as it is)."""
         key = op["run_key"]
         if op["op"] == "create":
             answer = self._request("POST", PREFIX, json=op["body"])
-            self.run_ids[key] = answer["run"]["id"]
+            secret = op["body"].get("write_secret") or answer.get("write_secret")
+            if secret is None:
+                raise Refused(None, f"run {answer['run']['id']} (run key {key!r}) exists on {self.uri}, created "
+                              "without a write secret this client holds (a spool written by an older aah, before "
+                              "runs had write secrets): the server refuses writes to it; train or import the run "
+                              "again")
+            self.run_ids[key], self.secrets[key] = answer["run"]["id"], secret
             return answer
         if key not in self.run_ids:
             raise Refused(None, f"run key {key!r} has no run on {self.uri}: its create operation was not sent")
         url = f"{PREFIX}/{self.run_ids[key]}"
+        auth = {SECRET_HEADER: self.secrets[key]}
         if op["op"] == "log":
-            return self._request("POST", f"{url}/log", json=op["body"])
+            return self._request("POST", f"{url}/log", json=op["body"], headers=auth)
         if op["op"] == "status":
-            return self._request("POST", f"{url}/status", json=op["body"])
+            return self._request("POST", f"{url}/status", json=op["body"], headers=auth)
         if op["op"] == "checkpoint":
             for name in FILES:
-                self._request("PUT", f"{url}/checkpoint/{name}", file=Path(op["path"]) / name)
-            return self._request("POST", f"{url}/checkpoint", slow=True)
+                self._request("PUT", f"{url}/checkpoint/{name}", file=Path(op["path"]) / name, headers=auth)
+            return self._request("POST", f"{url}/checkpoint", slow=True, headers=auth)
         raise ValueError(f"unknown tracking operation {op['op']!r}")
 
     def alive(self) -> bool:
@@ -89,7 +103,7 @@ class Transport:
         self.http.close()
 
     def _request(self, method: str, url: str, json: Any = None, file: Path | None = None,
-                 slow: bool = False) -> dict[str, Any]:
+                 slow: bool = False, headers: dict[str, str] | None = None) -> dict[str, Any]:
         timeout = self.upload_timeout if file is not None or slow else self.http.timeout
         problem = ""
         for attempt in range(self.retries + 1):
@@ -98,9 +112,10 @@ class Transport:
             try:
                 if file is not None:
                     with file.open("rb") as content:  # streamed; opened again on a retry
-                        response = self.http.request(method, url, content=content, timeout=timeout)
+                        response = self.http.request(method, url, content=content, timeout=timeout,
+                                                     headers=headers)
                 else:
-                    response = self.http.request(method, url, json=json, timeout=timeout)
+                    response = self.http.request(method, url, json=json, timeout=timeout, headers=headers)
             except httpx.HTTPError as exc:
                 problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 continue

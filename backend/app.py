@@ -17,10 +17,11 @@ from backend import __version__
 from backend.api import preflight
 from backend.api.deps import require_token
 from backend.api.errors import install_error_handlers
-from backend.api.middleware import BodySizeLimit, HostCheck
+from backend.api.middleware import BodySizeLimit, HostCheck, OriginCheck
 from backend.api.openapi import install_openapi
 from backend.routers import groups, health, models, presets, runs, tracking, views, windows
 from backend.seed.demo import seed_demo
+from backend.seed.first_start import first_start_lock
 from backend.seed.paper import seed_paper_reference
 from backend.seed.suite import seed_suite
 from backend.services.cache import LruCache
@@ -63,23 +64,24 @@ def serving_gc() -> Iterator[None]:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     preflight.check(settings)
-    try:
-        engine = make_engine(settings.db_url)
-        migrate.upgrade(engine)
-    except (DBAPIError, OSError) as exc:
-        raise preflight.store_error(settings, exc) from None
-    sessions = make_session_factory(engine)
-    app.state.jobs = JobManager(settings, sessions)
-    app.state.jobs.start_reconciling()  # runs a previous server left active, and their stray workers
-    if settings.seed_paper:
-        with transaction(sessions) as s:
-            seed_paper_reference(s)
-    if settings.seed_demo:
-        with transaction(sessions) as s:
-            seed_demo(s, settings)
-    if settings.seed_suite:
-        with transaction(sessions) as s:
-            seed_suite(s, settings)
+    with first_start_lock(settings.data_dir):  # a second server started at once waits, then finds it all done
+        try:
+            engine = make_engine(settings.db_url)
+            migrate.upgrade(engine)
+        except (DBAPIError, OSError) as exc:
+            raise preflight.store_error(settings, exc) from None
+        sessions = make_session_factory(engine)
+        app.state.jobs = JobManager(settings, sessions)
+        app.state.jobs.start_reconciling()  # runs a previous server left active, and their stray workers
+        if settings.seed_paper:
+            with transaction(sessions) as s:
+                seed_paper_reference(s)
+        if settings.seed_demo:
+            with transaction(sessions) as s:
+                seed_demo(s, settings)
+        if settings.seed_suite:
+            with transaction(sessions) as s:
+                seed_suite(s, settings)
     if settings.torch_threads:
         import torch
 
@@ -130,6 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"], allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(preflight.OneLineStartupErrors)  # lifespan only: a storage fault in one line
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, streamed=tracking.UPLOAD_PATH)
+    app.add_middleware(OriginCheck)  # writes sent by another site's page: 403, token or not
     app.add_middleware(HostCheck)  # outermost: a foreign Host gets nothing, not even CORS headers
     return app
 

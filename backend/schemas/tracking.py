@@ -4,6 +4,7 @@ elsewhere creates its run, sends metric and plan batches and its status, and upl
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt, field_validator, model_validator
@@ -13,6 +14,10 @@ from backend.schemas.runs import RunPublic, RunStatus, Tag, check_tag
 
 RunKey = str  # checked by pattern on the fields that carry it
 RUN_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{7,127}$"
+SECRET_PATTERN = r"^[A-Za-z0-9_-]{32,128}$"
+SECRET_HEADER = "X-AAH-Run-Secret"  # every write to a tracked run carries its write secret here
+# where a checkpoint that stays on the training machine may be: a path, or a URL of one of these schemes
+CHECKPOINT_SCHEMES = ("file", "http", "https", "s3", "gs", "az", "hf")
 MAX_METRICS_PER_BATCH = 20_000
 MAX_PLANS_PER_BATCH = 200
 MetricValue = float | Literal["nan", "inf", "-inf"] | None
@@ -35,6 +40,10 @@ class TrackedRunCreate(Request):
     seed: StrictInt | None = Field(None, ge=-(2**31), le=2**31 - 1)
     description: str | None = Field(None, max_length=10_000)
     tags: list[Tag] = Field(default_factory=list, max_length=50)
+    write_secret: str | None = Field(
+        None, pattern=SECRET_PATTERN, description="the run's write secret, chosen by the client (32-128 of "
+        "[A-Za-z0-9_-]); omitted: the server makes one and answers it once. Sending the create again with the "
+        "same key and secret is safe (a retry, a replayed spool)")
 
     @field_validator("tags")
     @classmethod
@@ -45,6 +54,9 @@ class TrackedRunCreate(Request):
 class TrackedRunPublic(Response):
     created: bool = Field(description="false when the run key was known: the run made the first time")
     run: RunPublic
+    write_secret: str | None = Field(
+        None, description=f"only when the run was created (201): the secret every later write to it carries in "
+        f"the {SECRET_HEADER} header. The server keeps only its hash: it is never shown again")
 
 
 MetricKey = Annotated[str, Field(min_length=1, max_length=250)]
@@ -103,7 +115,7 @@ class LogBatch(Request):
 class LogResult(Response):
     run_id: int
     metrics_written: int = Field(description="new metric rows (points already stored are not counted)")
-    plans_written: int
+    plans_written: int = Field(description="new plans (a plan already stored at its step is not counted)")
 
 
 class StatusUpdate(Request):
@@ -114,7 +126,33 @@ class StatusUpdate(Request):
     step: DbStep | None = None
     checkpoint_ref: str | None = Field(
         None, min_length=1, max_length=4096,
-        description="where the checkpoint stays when it is not uploaded (a path on the training machine)")
+        description="where the checkpoint stays when it is not uploaded: a path on the training machine, or a "
+        f"URL of scheme {', '.join(CHECKPOINT_SCHEMES)}")
+
+    @field_validator("checkpoint_ref")
+    @classmethod
+    def _checkpoint_ref(cls, value: str | None) -> str | None:
+        return None if value is None else check_checkpoint_ref(value)
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")  # C:\ckpt or C:/ckpt: a Windows path, not a scheme
+
+
+def check_checkpoint_ref(value: str) -> str:
+    """A path, or a URL of an allowed scheme: never ``javascript:``, ``data:`` or the like, which a page that
+    shows the reference as a link would run."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("control characters are not allowed in a path or URL")
+    bare = value.lstrip(" ")  # a browser drops leading spaces from a link before it reads the scheme
+    scheme = _SCHEME.match(bare)
+    if scheme is None or _DRIVE.match(bare):
+        return value
+    name = scheme.group(1).lower()
+    if name not in CHECKPOINT_SCHEMES or not bare[scheme.end():].startswith("//"):
+        raise ValueError(f"{name!r} URLs are not allowed; give a path or a URL of scheme "
+                         f"{', '.join(s + '://' for s in CHECKPOINT_SCHEMES)}")
+    return value
 
 
 class CheckpointFileResult(Response):

@@ -3,16 +3,24 @@ their run, send metric and plan batches and their status, and upload their check
 
 Everything is idempotent, because a client retries and replays its spool: a run key names one run,
 a (key, step) metric or a plan step already stored is ignored, a final status sent again changes
-nothing, and a checkpoint uploaded again replaces itself. Runs of other sources (jobs of this
-service, the paper's numbers) refuse these writes.
+nothing, and a checkpoint uploaded again replaces itself.
+
+Records have owners: creating a run gives its client a write secret (its own, or one made here and
+answered once); only its SHA-256 is stored, and every later write must carry the secret (403
+otherwise). Runs without one (jobs of this service, the seeded demo, suite and paper runs) take no
+tracking writes. A run that has ended takes no new points (409) but accepts a replay of points it holds
+with the same values; a stored plan is never replaced by a different one (409).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import itertools
 import json
 import math
+import secrets
 import shutil
 import threading
 import uuid
@@ -26,19 +34,20 @@ from aah_core.checkpoint import FILES, CheckpointInfo, verify_checkpoint
 from aah_core.config import RunConfig
 from aah_core.errors import AAHError
 from aah_core.windows import plan_to_json, validate_plan
-from backend.schemas.errors import Conflict, InvalidInput, NotFound
+from backend.schemas.errors import Conflict, InvalidInput, NotFound, ServiceError
 from backend.schemas.runs import RunPublic
 from backend.schemas.tracking import (
     CheckpointPublic,
     LogBatch,
     LogResult,
     MetricValue,
+    SECRET_HEADER,
     StatusUpdate,
     TrackedRunCreate,
     TrackedRunPublic,
 )
 from backend.store import catalog, metric_store, run_store
-from backend.store.tables import Run
+from backend.store.tables import ACTIVE_STATUSES, Run
 
 TRACKED_SOURCES = ("tracked", "imported", "suite")
 TRACKED_DIR = "tracked"  # under the data dir: one folder per run with an uploaded checkpoint
@@ -46,11 +55,22 @@ _COMMITS = threading.Lock()
 _SPECIAL = {None: math.nan, "nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
+class Forbidden(ServiceError):
+    status_code = 403
+
+
+def secret_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
 def create_tracked_run(s: Session, body: TrackedRunCreate) -> TrackedRunPublic:
-    """The run named by ``body.run_key``: created RUNNING the first time, the same run afterwards."""
+    """The run named by ``body.run_key``: created RUNNING the first time, the same run afterwards.
+
+    Only the first answer carries the write secret; a repeated create answers the run without it."""
     existing = s.scalar(select(Run.id).where(Run.client_key == body.run_key))
     if existing is not None:
         return TrackedRunPublic(created=False, run=run_store.get_run(s, existing))
+    secret = body.write_secret or secrets.token_urlsafe(32)
     try:
         config = RunConfig.from_dict(body.config)
     except (AAHError, KeyError, TypeError, ValueError) as exc:
@@ -64,21 +84,29 @@ def create_tracked_run(s: Session, body: TrackedRunCreate) -> TrackedRunPublic:
                 group=body.group, seed=body.seed, description=body.description, client_key=body.run_key,
                 tags=body.tags)
             run_store.update_run(s, run_id, started_at=run_store.now_ms(), progress_step=body.start_step)
+            s.get(Run, run_id).write_secret_hash = secret_hash(secret)
     except IntegrityError:
         existing = s.scalar(select(Run.id).where(Run.client_key == body.run_key))
         if existing is None:
             raise
         return TrackedRunPublic(created=False, run=run_store.get_run(s, existing))
-    return TrackedRunPublic(created=True, run=run_store.get_run(s, run_id))
+    return TrackedRunPublic(created=True, run=run_store.get_run(s, run_id), write_secret=secret)
 
 
-def _tracked_run(s: Session, run_id: int) -> Run:
+def _tracked_run(s: Session, run_id: int, secret: str | None) -> Run:
+    """The run, when ``secret`` is its write secret (compared in constant time); 403 otherwise."""
     run = s.get(Run, run_id)
     if run is None:
         raise NotFound(f"run {run_id} not found")
-    if run.read_only or run.source not in TRACKED_SOURCES:
-        raise Conflict(f"run {run_id} is a {run.source!r} run; only tracked, imported and suite runs take "
-                       "tracking writes (a job's own worker writes its metrics)")
+    if run.read_only or run.source not in TRACKED_SOURCES or run.write_secret_hash is None:
+        raise Forbidden(f"run {run_id} is read-only for tracking: only the client that created a run over "
+                        "tracking may write to it (jobs, the demo, the shipped suite and the paper's runs take "
+                        "no tracking writes; runs created before write secrets existed neither)")
+    if secret is None:
+        raise Forbidden(f"writes to run {run_id} need its write secret in the {SECRET_HEADER} header (answered "
+                        "once, when the run was created)")
+    if not hmac.compare_digest(secret_hash(secret), run.write_secret_hash):
+        raise Forbidden(f"the {SECRET_HEADER} header does not hold run {run_id}'s write secret")
     return run
 
 
@@ -94,36 +122,89 @@ def _metric_rows(body: LogBatch) -> list[metric_store.MetricRow]:
     return rows
 
 
-def log_batch(s: Session, run_id: int, body: LogBatch) -> LogResult:
-    """Store a batch of metric points and plans, ignoring what is stored already; move progress forward."""
-    run = _tracked_run(s, run_id)
-    written = metric_store.log_metrics(s, run_id, _metric_rows(body))
-    if body.plans:
-        model = json.loads(run.config_json or "{}").get("model", {})
-        n_layer, n_head, seq_len = model.get("n_layer"), model.get("n_head"), model.get("seq_len")
-        for i, plan in enumerate(body.plans):
-            try:
-                checked = validate_plan(plan.windows, n_layer, n_head, seq_len)
-            except AAHError as exc:
-                raise InvalidInput(f"plans.{i} (step {plan.step}): {exc}") from None
-            run_store.log_plan(s, run_id, plan.step, plan_to_json(checked, seq_len))
-    if body.step is not None and body.step > (run.progress_step or 0):
+def log_batch(s: Session, run_id: int, body: LogBatch, secret: str | None) -> LogResult:
+    """Store a batch of metric points and plans, ignoring what is stored already; move progress forward.
+
+    An ended run takes only what it holds already (a replayed spool): nothing new, nothing different."""
+    run = _tracked_run(s, run_id, secret)
+    rows = _metric_rows(body)
+    plans = _checked_plans(run, body)
+    ended = run.status not in ACTIVE_STATUSES
+    if ended:
+        _check_replay(s, run, rows)
+    written = 0 if ended else metric_store.log_metrics(s, run_id, rows)
+    stored = _stored_plans(s, run_id, [step for step, _ in plans])
+    new_plans = 0
+    for step, windows in plans:
+        if step in stored:
+            if stored[step] != windows:
+                raise Conflict(f"run {run_id} has a different plan stored at step {step}; a stored plan is never "
+                               "replaced")
+        elif ended:
+            raise Conflict(f"run {run_id} already ended ({run.status}); it takes no new plan (step {step})")
+        else:
+            run_store.log_plan(s, run_id, step, windows)
+            stored[step] = windows
+            new_plans += 1
+    if not ended and body.step is not None and body.step > (run.progress_step or 0):
         run.progress_step = body.step
-    return LogResult(run_id=run_id, metrics_written=written, plans_written=len(body.plans))
+    return LogResult(run_id=run_id, metrics_written=written, plans_written=new_plans)
 
 
-def set_status(s: Session, run_id: int, body: StatusUpdate) -> RunPublic:
-    """RUNNING (a run that is running already), or end the run; the same final status again is a no-op."""
-    run = _tracked_run(s, run_id)
+def _checked_plans(run: Run, body: LogBatch) -> list[tuple[int, list[list[int | None]]]]:
+    """The batch's plans validated against the run's model, as (step, plan JSON with full as null)."""
+    model = json.loads(run.config_json or "{}").get("model", {})
+    n_layer, n_head, seq_len = model.get("n_layer"), model.get("n_head"), model.get("seq_len")
+    plans = []
+    for i, plan in enumerate(body.plans):
+        try:
+            checked = validate_plan(plan.windows, n_layer, n_head, seq_len)
+        except AAHError as exc:
+            raise InvalidInput(f"plans.{i} (step {plan.step}): {exc}") from None
+        plans.append((plan.step, plan_to_json(checked, seq_len)))
+    return plans
+
+
+def _stored_plans(s: Session, run_id: int, steps: list[int]) -> dict[int, list[list[int | None]]]:
+    """The run's stored plans at those of ``steps`` that have one."""
+    if not steps:
+        return {}
+    held = set(steps).intersection(run_store.plan_steps(s, run_id))
+    return {step: run_store.read_plan(s, run_id, step).windows for step in held}
+
+
+def _check_replay(s: Session, run: Run, rows: list[metric_store.MetricRow]) -> None:
+    """409 unless every point is stored already with the same value (a replay to an ended run)."""
+    wanted: dict[str, dict[int, tuple[float | None, str | None]]] = {}
+    for key, step, value, _ in rows:  # a step twice in one batch: the first counts, as log_metrics stores it
+        wanted.setdefault(key, {}).setdefault(int(step), metric_store.split_value(value))
+    for key, points in wanted.items():
+        held = metric_store.stored_values(s, run.id, key, sorted(points))
+        for step, point in sorted(points.items()):
+            if step not in held:
+                raise Conflict(f"run {run.id} already ended ({run.status}); it takes no new points ({key!r} at "
+                               f"step {step})")
+            if held[step] != point:
+                raise Conflict(f"run {run.id} already ended ({run.status}); {key!r} at step {step} is stored with "
+                               "another value, which stays")
+
+
+def set_status(s: Session, run_id: int, body: StatusUpdate, secret: str | None) -> RunPublic:
+    """RUNNING (a run that is running already), or end the run; the same final status again is a no-op
+    (an ended run changes no more: neither its progress nor its checkpoint reference)."""
+    run = _tracked_run(s, run_id, secret)
+    if run.status not in ACTIVE_STATUSES:
+        if body.status != run.status:
+            raise Conflict(f"run {run_id} already ended as {run.status}; it cannot become {body.status}")
+        return run_store.get_run(s, run_id)
     if body.step is not None and body.step > (run.progress_step or 0):
         run.progress_step = body.step
     if body.checkpoint_ref is not None and not catalog.find_checkpoint_by_path(s, run.checkpoint or ""):
         run.checkpoint = body.checkpoint_ref  # a reference only: the model stays on the training machine
-    if body.status == "RUNNING":
-        if run.status != "RUNNING":
-            raise Conflict(f"run {run_id} already ended ({run.status}); a run key names one run, start a new one")
-    elif not run_store.end_run(s, run_id, body.status, body.error) and run.status != body.status:
-        raise Conflict(f"run {run_id} already ended as {run.status}; it cannot become {body.status}")
+    if body.status != "RUNNING" and not run_store.end_run(s, run_id, body.status, body.error):
+        s.refresh(run)  # another request ended it meanwhile: the same status is that request's twin
+        if run.status != body.status:
+            raise Conflict(f"run {run_id} already ended as {run.status}; it cannot become {body.status}")
     s.flush()
     s.expire(run)
     return run_store.get_run(s, run_id)
@@ -137,18 +218,18 @@ def checkpoint_dirs(data_dir: Path, run_id: int) -> tuple[Path, Path]:
     return root / ".upload", root / "checkpoint"
 
 
-def check_upload(s: Session, run_id: int, name: str) -> None:
-    """Only the checkpoint's own files (safetensors + JSON), and only to a tracked run."""
-    _tracked_run(s, run_id)
+def check_upload(s: Session, run_id: int, name: str, secret: str | None) -> None:
+    """Only the checkpoint's own files (safetensors + JSON), and only by the client that created the run."""
+    _tracked_run(s, run_id, secret)
     if name not in FILES:
         raise InvalidInput(f"file: {name!r} is not a checkpoint file; upload {', '.join(FILES)} (no pickles)")
 
 
-def commit_checkpoint(s: Session, run_id: int, data_dir: Path) -> CheckpointPublic:
+def commit_checkpoint(s: Session, run_id: int, data_dir: Path, secret: str | None) -> CheckpointPublic:
     """Validate the uploaded files with the engine, move them into place and register the model.
 
     A commit sent again after its answer was lost finds the checkpoint in place and registers it again."""
-    run = _tracked_run(s, run_id)
+    run = _tracked_run(s, run_id, secret)
     staging, final = checkpoint_dirs(data_dir, run_id)
     with _COMMITS:  # two commits of one upload (a client's retry) must not interleave their moves
         if not staging.exists() and (final / "model.safetensors").is_file():

@@ -125,6 +125,18 @@ def _recount(s: Session, run_id: int, keys: list[str]) -> None:
               .values(n_rows=count))
 
 
+def stored_values(s: Session, run_id: int, key: str, steps: Sequence[int],
+                  chunk: int = 500) -> dict[int, tuple[float | None, str | None]]:
+    """The stored (value, special) of a series at those of ``steps`` it holds (IN lists of ``chunk`` steps)."""
+    found: dict[int, tuple[float | None, str | None]] = {}
+    steps = list(steps)
+    for i in range(0, len(steps), chunk):
+        found.update((step, (value, special)) for step, value, special in s.execute(
+            select(Metric.step, Metric.value, Metric.special)
+            .where(Metric.run_id == run_id, Metric.key == key, Metric.step.in_(steps[i:i + chunk]))))
+    return found
+
+
 def metric_keys(s: Session, run_id: int) -> list[str]:
     return list(s.scalars(select(LatestMetric.key).where(LatestMetric.run_id == run_id)
                           .order_by(LatestMetric.key)))

@@ -262,11 +262,16 @@ class RunPlan:
     windows: list[list[int | None]]
 
 
+def plan_steps(s: Session, run_id: int) -> list[int]:
+    """Every step at which the run has a plan stored, in order."""
+    return list(s.scalars(select(WindowAssignment.step).where(WindowAssignment.run_id == run_id)
+                          .distinct().order_by(WindowAssignment.step)))
+
+
 def read_plan(s: Session, run_id: int, step: int | None = None) -> RunPlan:
     """A run's plan at ``step`` (None = the latest stored)."""
     run = _run_row(s, run_id)
-    steps = list(s.scalars(select(WindowAssignment.step).where(WindowAssignment.run_id == run_id)
-                           .distinct().order_by(WindowAssignment.step)))
+    steps = plan_steps(s, run_id)
     if not steps:
         raise NotFound(f"run {run_id} has no window plan stored")
     if step is None:

@@ -82,6 +82,8 @@ class Run(Base):
     description: Mapped[str | None] = mapped_column(Text)
     notes: Mapped[str | None] = mapped_column(Text)
     client_key: Mapped[str | None] = mapped_column(String(128))  # makes tracked/imported creation idempotent
+    # SHA-256 (hex) of a tracked run's write secret; NULL: no client may write to the run over tracking
+    write_secret_hash: Mapped[str | None] = mapped_column(String(64))
 
 
 class RunTag(Base):
