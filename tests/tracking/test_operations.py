@@ -32,6 +32,7 @@ def test_the_spool_keeps_order_and_skips_a_torn_last_line(tmp_path):
     assert spool.path == tmp_path / "run.tracking.jsonl" and spool.read() == []
     spool.append([{"op": "create", "n": 1}, {"op": "log", "n": 2}])
     spool.append([{"op": "log", "n": 3}])
+    assert spool.path.stat().st_mode & 0o777 == 0o600  # its create operation holds the run's write secret
     with spool.path.open("a") as f:
         f.write('{"op": "log", "n"')  # the process died mid-write
     assert [op["n"] for op in spool.read()] == [1, 2, 3]
@@ -49,6 +50,8 @@ def test_a_folder_has_one_key_for_its_content(tmp_path, tiny_demo):
     ops, summary = folder_ops(run)
     again, _ = folder_ops(run)
     assert ops == again and ops[0]["run_key"].startswith("import-")
+    secret = ops[0]["body"]["write_secret"]  # whoever holds the folder may import it again; the key does not tell it
+    assert len(secret) == 64 and secret[:40] != ops[0]["run_key"].removeprefix("import-")
     assert [op["op"] for op in ops] == ["create", "log", "checkpoint", "status"]
     assert ops[1]["body"]["series"] == {"train_loss": {"step": [1, 2], "value": [3.0, 2.5], "time": [1.0, 2.0]},
                                         "val_loss": {"step": [1], "value": ["nan"], "time": [1.0]}}

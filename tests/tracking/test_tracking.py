@@ -10,10 +10,12 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
+from aah_tracking.folder import folder_ops
 from tests.frontend.stack import ROOT
 from tests.tracking.conftest import TOKEN, ApiServer, aah, assert_run_matches, tiny_train_args
 
@@ -109,6 +111,35 @@ def test_a_bad_token_spools_and_sync_sends_it_later(server, tmp_path):
     run = _tracked_run(server, "refused")
     assert run["status"] == "FINISHED"
     assert_run_matches(server, run["id"], out)
+    create = json.loads(saved.splitlines()[0])
+    assert create["op"] == "create" and len(create["body"]["write_secret"]) >= 32  # the spool holds the secret
+    spool.write_text(saved.replace(create["body"]["write_secret"], "x" * 43))  # a spool that lost its secret
+    _, err = aah("sync", str(out), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN}).communicate(timeout=300)
+    assert "403" in err and "write secret" in err and spool.exists(), err
+    assert_run_matches(server, run["id"], out)  # the run is as it was
+
+
+def test_sync_of_a_spool_written_before_write_secrets(server, offline, tmp_path):
+    """A spool of an older client has no secret in its create operation: its run is made now, with the secret
+    the server answers; if its run exists already, sync says why it cannot write and keeps the spool."""
+    ops, _ = folder_ops(offline, upload=False)
+    key = f"old-{uuid.uuid4().hex}"
+    for op in ops:
+        op["run_key"] = key
+    del ops[0]["body"]["write_secret"]
+    ops[0]["body"].update(run_key=key, name="old spool")
+    spool = tmp_path / "old.tracking.jsonl"
+    text = "".join(json.dumps(op) + "\n" for op in ops)
+    spool.write_text(text)
+    sent, _ = _finish(aah("sync", str(spool), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN}))
+    assert sent.startswith(f"sent {len(ops)} operations") and not spool.exists()
+    run = server.get(f"/runs/{int(sent.split('(run ')[1].split(')')[0])}")
+    assert (run["status"], run["checkpoint"]) == ("FINISHED", str(offline.resolve()))
+    assert_run_matches(server, run["id"], offline)
+    spool.write_text(text)  # the same old spool again: its run exists, and nothing here holds its secret
+    proc = aah("sync", str(spool), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN})
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1 and "older aah" in err and spool.exists(), err
 
 
 @pytest.fixture(scope="module")
