@@ -46,13 +46,15 @@ N_CLIENTS = 50
 
 
 def _new_run(client: httpx.Client) -> int:
-    """A tracked run, created as a training process would (POST /tracking/runs)."""
+    """A tracked run, created as a training process would (POST /tracking/runs); the client then carries
+    the run's write secret on every request."""
     from aah_core.presets import get_preset
 
     body = {"run_key": f"bench-store-{time.time_ns()}", "name": "lab-scale", "experiment": "bench",
             "config": get_preset("demo").to_dict(), "total_steps": 1}
     r = client.post(f"{API}/tracking/runs", json=body)
     r.raise_for_status()
+    client.headers["X-AAH-Run-Secret"] = r.json()["write_secret"]
     return r.json()["run"]["id"]
 
 

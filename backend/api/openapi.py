@@ -23,6 +23,8 @@ ERROR_SCHEMA = {
 ERROR_STATUSES = {
     "400": "The Host header is not in AAH_ALLOWED_HOSTS, or the body is not parseable JSON",
     "401": "Missing or wrong bearer token (only when AAH_API_TOKEN is set)",
+    "403": "A write from another site's page (Origin / Sec-Fetch-Site), or a tracking write without the run's "
+           "write secret",
     "404": "Unknown id",
     "409": "Conflict (e.g. cancelling a run that already ended)",
     "413": "Request body larger than AAH_MAX_BODY_BYTES",
@@ -56,7 +58,7 @@ def install_openapi(app: FastAPI) -> None:
                 for status, description in ERROR_STATUSES.items():
                     if status == "401" and not (secured and method in MUTATING):
                         continue
-                    if status == "413" and method not in MUTATING:
+                    if status in ("403", "413") and method not in MUTATING:
                         continue
                     responses[status] = _error_response(description)
                 if secured and method in MUTATING:

@@ -37,11 +37,11 @@ from aah_core.windows import plan_to_json, validate_plan
 from backend.schemas.errors import Conflict, InvalidInput, NotFound, ServiceError
 from backend.schemas.runs import RunPublic
 from backend.schemas.tracking import (
+    SECRET_HEADER,
     CheckpointPublic,
     LogBatch,
     LogResult,
     MetricValue,
-    SECRET_HEADER,
     StatusUpdate,
     TrackedRunCreate,
     TrackedRunPublic,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
+
 import httpx
 import pytest
 
