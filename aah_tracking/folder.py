@@ -85,8 +85,8 @@ def folder_ops(run_dir: str | Path, experiment: str = "imported", upload: bool =
     config = info.config
     step = int(info.meta.get("step", config.train.max_steps))
     create = {"op": "create", "run_key": key, "body": {
-        "run_key": key, "write_secret": secret, "name": name or run_dir.name, "experiment": experiment, "source": source, "group": group,
-        "preset": config.preset,
+        "run_key": key, "write_secret": secret, "name": name or run_dir.name, "experiment": experiment,
+        "source": source, "group": group, "preset": config.preset,
         "config": config.to_dict(), "data_hash": info.meta.get("data_hash"), "git_rev": info.meta.get("git_rev"),
         "total_steps": config.train.max_steps, "seed": config.train.seed}}
     points = [{"key": k, "step": row["step"], "value": "nan" if v is None else metric_value(v),

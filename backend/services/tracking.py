@@ -83,8 +83,8 @@ def create_tracked_run(s: Session, body: TrackedRunCreate) -> TrackedRunPublic:
                 total_steps=body.total_steps, data_hash=body.data_hash, git_rev=body.git_rev, source=body.source,
                 group=body.group, seed=body.seed, description=body.description, client_key=body.run_key,
                 tags=body.tags)
-            run_store.update_run(s, run_id, started_at=run_store.now_ms(), progress_step=body.start_step)
-            s.get(Run, run_id).write_secret_hash = secret_hash(secret)
+            run_store.update_run(s, run_id, started_at=run_store.now_ms(), progress_step=body.start_step,
+                                 write_secret_hash=secret_hash(secret))
     except IntegrityError:
         existing = s.scalar(select(Run.id).where(Run.client_key == body.run_key))
         if existing is None:

@@ -164,7 +164,7 @@ def count_runs(s: Session) -> int:
 
 
 _MUTABLE = {"status", "checkpoint", "data_hash", "git_rev", "seq_len", "started_at", "ended_at",
-            "progress_step", "total_steps", "error", "pid", "config_json"}
+            "progress_step", "total_steps", "error", "pid", "config_json", "write_secret_hash"}
 
 
 def update_run(s: Session, run_id: int, **fields: object) -> None:

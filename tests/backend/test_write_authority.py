@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from aah_core.presets import get_preset
-from backend.reference import paper_runs
-from backend.tracking_schemas import SECRET_HEADER
+from backend.schemas.tracking import SECRET_HEADER
+from backend.seed.paper import paper_runs
 from tests.frontend.stack import ROOT, api_command, free_port, running_api, stop_process, wait_ready
 
 API = "/api/v1"
