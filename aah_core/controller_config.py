@@ -12,14 +12,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from aah_core.coerce import SEQ_LEN_MAX, STEPS_MAX, Bounds, check_bounds, coerce, field_types
 from aah_core.errors import InvalidConfig, InvalidWindowPlan
+from aah_core.model_config import ModelConfig
 from aah_core.windows import JsonPlan, decode_window, pair_count, validate_plan
-
-if TYPE_CHECKING:
-    from aah_core.config import ModelConfig
 
 # Each fix corrects one flaw of the paper's implementation (docs/controller.md lists them with aah_method §8).
 FIXES = (

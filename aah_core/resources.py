@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from aah_core.config import ModelConfig, RunConfig
+from aah_core.config import RunConfig
 from aah_core.errors import InvalidConfig
+from aah_core.model_config import ModelConfig
 
 FLOAT_BYTES = 4
 RUNTIME_BYTES = 512 << 20  # the interpreter, torch and its allocator's slack

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from aah_core.config import ModelConfig
 from aah_core.errors import AAHError
 from aah_core.inference.cost import ModelShape, check_context, measure_cost, plan_cost
 from aah_core.inference.generate import forward_cached, new_cache
 from aah_core.model import WindowedGPT
+from aah_core.model_config import ModelConfig
 
 
 def _model() -> WindowedGPT:

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from aah_core.attention import windowed_attention
-from aah_core.config import ModelConfig
 from aah_core.errors import AAHError
 from aah_core.inference.generate import Sampling, forward_cached, generate, new_cache, sample
 from aah_core.inference.kvcache import LayerKVCache, kv_head_windows
 from aah_core.model import WindowedGPT
+from aah_core.model_config import ModelConfig
 
 T = 24
 

@@ -3,9 +3,9 @@ import torch
 
 from aah_core.analysis.evaluate import PrefixCachedEvaluator, evaluate_loss
 from aah_core.attention import available_backends
-from aah_core.config import ModelConfig
 from aah_core.data import EvalBatch
 from aah_core.model import WindowedGPT, token_losses
+from aah_core.model_config import ModelConfig
 
 CPU_TRAIN_BACKENDS = [b for b in available_backends("cpu") if b not in ("flex",)]
 

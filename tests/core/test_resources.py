@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 from aah_core.coerce import coerce
-from aah_core.config import ModelConfig, RunConfig, apply_overrides
+from aah_core.config import RunConfig, apply_overrides
 from aah_core.data import corpus
 from aah_core.errors import InvalidConfig
 from aah_core.model import WindowedGPT
+from aah_core.model_config import ModelConfig
 from aah_core.presets import get_preset
 from aah_core.resources import GIB, check_fits, check_loadable, param_count, training_bytes
 
