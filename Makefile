@@ -39,10 +39,12 @@ postgres:
 	    || echo "warning: could not install postgresql; PostgreSQL store tests will be skipped"; \
 	  else echo "warning: not root, postgresql not installed; PostgreSQL store tests will be skipped"; fi; fi
 
-# Lint first: ruff (pyflakes, pycodestyle, isort, bugbear, no print in library code; pyproject.toml says
-# which rules); an error fails `make test`.
+# Lint first: ruff (pyflakes, pycodestyle, isort, bugbear, no print in library code), then mypy on the
+# engine, the client, tracking and the service (pyproject.toml says which rules and files); an error in
+# either fails `make test`.
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 # PYTEST_ARGS narrows the run (e.g. PYTEST_ARGS="tests/core -k attention"). A run that collects no test
 # fails (pytest's exit 5): a selection that matches nothing is a mistake, not a pass.

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import httpx
 
@@ -34,7 +34,7 @@ T = TypeVar("T")
 Window = int | None
 Plan = list[list[Window]]
 """A window plan: one list per layer, one entry per head; `None` means full causal attention."""
-OWN_WINDOW = "own"
+OWN_WINDOW: Final = "own"  # Final: typed Literal["own"]
 """`attention(window=OWN_WINDOW)` (the default): the head's own window in the model's plan."""
 
 Json = dict[str, Any]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -15,9 +16,10 @@ import torch.nn.functional as F
 
 from aah_core.attention import windowed_attention
 from aah_core.attention.reference import attention_probs as reference_probs
-from aah_core.config import ModelConfig
 from aah_core.data.tokenizers import Tokenizer
+from aah_core.errors import AAHError
 from aah_core.model_api import LayerCache
+from aah_core.model_config import ModelConfig
 from aah_core.windows import full_plan
 
 # observer(layer, q, k, v, y): sees each layer's per-head tensors [B, H, T, D] (controller features)
@@ -120,7 +122,7 @@ class WindowedGPT(nn.Module):
     """GPT with a per-head window plan. `self.plan` [n_layer, n_head] is the model's own plan.
 
     Satisfies aah_core.model_api.WindowedLM; `tokenizer` is the one its data config names
-    (set by load_checkpoint; None for a model built without one).
+    (given by load_checkpoint; a model built without one has none to give).
     """
 
     plan: torch.Tensor  # a buffer: moves with the model, not saved with its weights
@@ -128,7 +130,7 @@ class WindowedGPT(nn.Module):
     def __init__(self, cfg: ModelConfig, tokenizer: Tokenizer | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.tokenizer = tokenizer
+        self._tokenizer = tokenizer
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.wpe = nn.Embedding(cfg.seq_len, cfg.d_model) if cfg.positions == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
@@ -177,9 +179,19 @@ class WindowedGPT(nn.Module):
         return self.config.vocab_size
 
     @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:  # not an AttributeError: nn.Module.__getattr__ would hide its message
+            raise AAHError("this model was built without a tokenizer; load it with aah_core.checkpoint.load_checkpoint")
+        return self._tokenizer
+
+    @property
     def buckets(self) -> list[int]:
         """The window choices of this model, full written as seq_len."""
         return self.config.bucket_windows
+
+    def block(self, layer: int) -> Block:
+        """Block `layer` (to a type checker an nn.ModuleList holds plain Modules)."""
+        return cast(Block, self.blocks[layer])
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -222,7 +234,7 @@ class WindowedGPT(nn.Module):
 
     def queries_keys(self, x: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The residual entering `layer` [B, T, C] -> its q, k [B, H, T, D] (rotary applied)."""
-        block = self.blocks[layer]
+        block = self.block(layer)
         q, k, _ = block.attn.heads(block.ln1(x))
         return q, k
 

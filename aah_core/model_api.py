@@ -19,8 +19,8 @@ each layer's attention to its LayerCache instead of computing it over x alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Iterator, Sequence
+from typing import Protocol, Self, runtime_checkable
 
 import torch
 
@@ -106,9 +106,13 @@ class WindowedLM(Protocol):
         softmax(q k^T / sqrt(D)) is the layer's attention (for attention maps)."""
         ...
 
-    def eval(self) -> WindowedLM: ...
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
+        """The weights (an nn.Module's): their device is where a batch goes."""
+        ...
 
-    def train(self, mode: bool = True) -> WindowedLM: ...
+    def eval(self) -> Self: ...
+
+    def train(self, mode: bool = True) -> Self: ...
 
 
 def power_of_two_buckets(seq_len: int) -> list[int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from aah_core.config import RunConfig
 from aah_core.data.corpus import check_corpus
@@ -49,7 +50,7 @@ def confine_data_paths(config: RunConfig, roots: Sequence[Path]) -> RunConfig:
     """The config with data.corpus / data.tokenizer_dir replaced by their resolved paths inside
     ``roots`` (the bundled corpus and an empty tokenizer folder name no path and pass as they are).
     A corpus inside the roots must also be one (aah_core.data.corpus.check_corpus: text, bounded)."""
-    changes = {}
+    changes: dict[str, Any] = {}  # str fields of DataConfig (PATH_SETTINGS), typed Any for dataclasses.replace
     for name, no_path in PATH_SETTINGS.items():
         value = getattr(config.data, name)
         if value != no_path:

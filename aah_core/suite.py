@@ -91,7 +91,7 @@ def _train_one(cfg: RunConfig, out: Path) -> dict[str, Any]:
     result = train(cfg, out / "ckpt", [meter, *sinks])
     rates = meter.rates[5:] or meter.rates  # skip the first steps (allocator warm-up)
     m = result.metrics
-    row = {k: m[k] for k in ("val_loss", "acr", "causal_coverage", "tile_coverage") if k in m}
+    row: dict[str, Any] = {k: m[k] for k in ("val_loss", "acr", "causal_coverage", "tile_coverage") if k in m}
     row.update({k: v for k, v in m.items() if k.startswith("window_frac/")})
     row.update(tokens_per_s=statistics.median(rates), wall_s=time.perf_counter() - t0, steps=result.step,
                controller=cfg.controller)

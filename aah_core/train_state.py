@@ -40,8 +40,8 @@ def restore_train_state(state: dict[str, torch.Tensor], optimizer: torch.optim.O
     moments: dict[int, dict[str, torch.Tensor]] = {}
     for name, value in state.items():
         if name.startswith(OPTIMIZER):
-            index, key = name[len(OPTIMIZER):].split(".", 1)
-            moments.setdefault(int(index), {})[key] = value
+            param, key = name[len(OPTIMIZER):].split(".", 1)
+            moments.setdefault(int(param), {})[key] = value
     for index, saved in moments.items():
         shapes = {tuple(v.shape) for k, v in saved.items() if k != "step"}
         if index >= len(params) or shapes - {tuple(params[index].shape)}:

@@ -61,8 +61,8 @@ def log_ops(run_key: str, points: list[dict[str, Any]], plans: list[dict[str, An
     go as columns per key (``series``: half the bytes of one object per point, and far less for the
     server to parse)."""
     chunks = [points[i:i + MAX_POINTS] for i in range(0, len(points), MAX_POINTS)] or [[]]
-    ops = [{"op": "log", "run_key": run_key, "body": {"series": series(chunk), "plans": [], "step": step}}
-           for chunk in chunks]
+    ops: list[Op] = [{"op": "log", "run_key": run_key, "body": {"series": series(chunk), "plans": [], "step": step}}
+                     for chunk in chunks]
     ops[-1]["body"]["plans"] = plans
     return ops
 
@@ -152,7 +152,7 @@ class TrackingCallback(Callback):
 
     def _run(self) -> None:
         try:
-            self._deliver([self._create])
+            self._deliver([self._create_op()])
             while True:
                 self._wake.wait(self.flush_s)
                 self._wake.clear()
@@ -186,6 +186,10 @@ class TrackingCallback(Callback):
                              f"(send later with `aah sync`)")
             self._to_spool(op)
 
+    def _create_op(self) -> Op:
+        assert self._create is not None, "on_start builds it before it starts the sender thread"
+        return self._create
+
     def _last_chance(self) -> None:
         """At the end, an unreachable server gets FINAL_GRACE_S more to come back (a restart) before the
         run's last operations go to the spool; a reconnect attempt always follows a wait."""
@@ -197,7 +201,8 @@ class TrackingCallback(Callback):
             time.sleep(min(self.reconnect_s, 1.0))
 
     def _to_spool(self, op: Op) -> None:
-        ops = [op] if self._spooled or op is self._create else [self._create, op]
+        create = self._create_op()
+        ops = [op] if self._spooled or op is create else [create, op]
         self.spool.append(ops)  # a spool starts with the create operation, so it replays on its own
         self._spooled = True
 

@@ -17,8 +17,8 @@ from aah_core.train import Callback
 DEFAULT_URI = "http://127.0.0.1:8000"
 
 
-def _uri(args: argparse.Namespace, fallback: str | None = None) -> str | None:
-    uri = args.tracking_uri or os.environ.get("AAH_TRACKING_URI") or fallback
+def _uri(args: argparse.Namespace) -> str | None:
+    uri = args.tracking_uri or os.environ.get("AAH_TRACKING_URI")
     if uri is not None and not uri.startswith(("http://", "https://")):
         raise ValueError(f"--tracking-uri {uri!r}: give the server's URL, e.g. http://127.0.0.1:8000")
     return uri
@@ -48,7 +48,8 @@ def tracking_callback(args: argparse.Namespace, config: RunConfig, out: Path) ->
                             flush_s=args.tracking_flush_s, reconnect_s=args.tracking_reconnect_s)
 
 
-def _add_server_args(p: argparse.ArgumentParser, uri_help: str) -> None:
+def _add_server_args(p: argparse._ActionsContainer, uri_help: str) -> None:
+    """On a parser or an argument group (their common base)."""
     p.add_argument("--tracking-uri", help=uri_help)
     p.add_argument("--tracking-token", help="bearer token of the server (default $AAH_API_TOKEN)")
 
@@ -80,7 +81,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     if not ops:
         print(f"aah sync: nothing to send: {spool.path} is missing or empty")
         return 0
-    transport = Transport(_uri(args, DEFAULT_URI), _token(args))
+    transport = Transport(_uri(args) or DEFAULT_URI, _token(args))
     try:
         sent = replay(transport, ops)
     except (Unreachable, Refused) as exc:
@@ -100,7 +101,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     from aah_tracking.folder import folder_ops, suite_runs
     from aah_tracking.transport import Refused, Transport, Unreachable
 
-    transport = Transport(_uri(args, DEFAULT_URI), _token(args))
+    transport = Transport(_uri(args) or DEFAULT_URI, _token(args))
     failed = 0
     try:
         for path in args.paths:

@@ -100,7 +100,7 @@ def _descend(search: _Search, delta: torch.Tensor, full_loss: float, budget: flo
         if not scored:
             break
         scored.sort()
-        best = None
+        best: tuple[float, torch.Tensor, float] | None = None  # (measured ratio, idx, loss)
         for _, layer, h, lower, saved in scored[:refine]:
             trial = idx.clone()
             trial[layer, h] = lower
@@ -108,6 +108,7 @@ def _descend(search: _Search, delta: torch.Tensor, full_loss: float, budget: flo
             ratio = (trial_loss - loss) / max(saved, 1e-12)
             if best is None or ratio < best[0]:
                 best = (ratio, trial, trial_loss)
+        assert best is not None, "refine >= 1 and scored is not empty, so one move was measured"
         _, idx, loss = best
         curve.append(search.point(idx, loss))
     return idx, loss, curve

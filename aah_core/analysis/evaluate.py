@@ -21,7 +21,7 @@ def make_eval_batch(config: RunConfig, eval_set: str = "mixed", n_seq: int = 4) 
     return DataStream(config.data, config.model.seq_len).eval_batch(eval_set, n_seq)
 
 
-def model_device(model: torch.nn.Module) -> torch.device:
+def model_device(model: WindowedLM) -> torch.device:
     """The device a model's weights live on (batches are moved there before a forward)."""
     return next(model.parameters()).device
 

@@ -76,7 +76,8 @@ def _bucket(
     """One kernel call. q, k, v: [B, Hb, T, D] -> [B, Hb, T, D]."""
     B, Hb, T, D = q.shape
     left = -1 if w >= T else w - 1  # -1: no left limit (plain causal)
-    name, fn, _ = _provider()
+    name, fn, why = _provider()
+    assert fn is not None, why  # attend() ran only after available() found a provider
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # (B, T, Hb, D)
     if name == "flash_attn":
         out = fn(qt, kt, vt, dropout_p=dropout_p, softmax_scale=scale, causal=True, window_size=(left, 0))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ import torch
 from aah_core.config import RunConfig
 from aah_core.controller import Controller
 from aah_core.controller.clustering import churn, leader_cluster
-from aah_core.controller.features import N_FEATURES, Standardizer, head_features, pooled_group_features
+from aah_core.controller.features import N_FEATURES, HeadStats, Standardizer, head_features, pooled_group_features
 from aah_core.controller.hierarchy import (
     Level,
     aggregate,
@@ -83,7 +84,8 @@ class AAHController(Controller):
         self.observer = FeatureObserver(model, s.feature_rows, s.feature_seqs)
         if not self.identity:
             self.observer.attach()
-        self.step, self.last_update, self.updates, self.first_done = -1, None, 0, False
+        self.step, self.updates, self.first_done = -1, 0, False
+        self.last_update: int | None = None  # the step of the last control update
         self._metrics: dict[str, float] = {}
         self._apply([[None] * self.n_head for _ in self.layers])  # full attention until the first decision
 
@@ -110,6 +112,7 @@ class AAHController(Controller):
         self.step = step
         s, ready = self.s, self.observer.ready
         metrics: dict[str, float] = {"ctrl/control_step": 0.0}
+        idx: list[Sequence[int | None]]  # bucket index per head, per layer; None is full attention
         if self.identity:
             idx = [[None] * self.n_head for _ in self.layers]
         elif self._warm(step):
@@ -137,14 +140,14 @@ class AAHController(Controller):
         self.observer.seconds = 0.0
         self._metrics = metrics
 
-    def _postprocess(self, st: LayerState, step: int) -> list[int]:
+    def _postprocess(self, st: LayerState, step: int) -> Sequence[int | None]:
         """Resolution EMA then ramp (§2.8) on the cached selection; full until the first selection."""
         if st.win_idx is None:
             return [None] * self.n_head
         st.res_ema, idx = resolution_ema(st.res_ema, st.win_idx, self.s.resolution_ema, len(self.buckets))
         return ramp(idx, step, self.s.warmup_steps, self.s.ramp_steps, self.full_idx)
 
-    def _apply(self, idx: list[list[int | None]]) -> None:
+    def _apply(self, idx: Sequence[Sequence[int | None]]) -> None:
         w_min = self.s.w_min if self.s.fixed("w_min") else 1
         plan = [windows_of(row, self.buckets, self.T, w_min) for row in idx]
         self.model.set_plan(torch.tensor(plan, dtype=torch.long, device=self.model.plan.device))
@@ -152,20 +155,22 @@ class AAHController(Controller):
         self._accounting_acr = acr(torch.tensor(accounting), self.T)
 
     # ---- features ------------------------------------------------------------------------------
+    def _stats(self, layer: int) -> tuple[HeadStats, HeadStats | None]:
+        """The latest recorded q/k/v statistics of `layer`, and the ones its entropy / norm / usage come from
+        (the 'feature_lag' fix: the same forward). Features are read only once the observer is ready."""
+        qkv = self.observer.recorded(layer)
+        return qkv, (qkv if self.s.fixed("feature_lag") else self.observer.previous[layer])
+
     def _features(self, layer: int) -> torch.Tensor:
         """Raw head features [H, 9] of the latest recorded forward."""
-        obs = self.observer
-        ens = obs.latest[layer] if self.s.fixed("feature_lag") else obs.previous[layer]
-        return head_features(obs.latest[layer], ens, self.s.fixed("usage"))
+        return head_features(*self._stats(layer), self.s.fixed("usage"))
 
     def _standardizer(self, rows: torch.Tensor) -> Standardizer:
         return Standardizer(rows if self.s.fixed("standardize") else None)
 
     def _pooled(self, layer: int, groups: list[list[int]]) -> torch.Tensor:
         """Current-batch group rows (no EMA), standardised with the heads' statistics when fixed."""
-        obs = self.observer
-        ens = obs.latest[layer] if self.s.fixed("feature_lag") else obs.previous[layer]
-        rows = pooled_group_features(groups, obs.latest[layer], ens, self.s.fixed("usage"))
+        rows = pooled_group_features(groups, *self._stats(layer), self.s.fixed("usage"))
         return self._standardizer(self._features(layer))(rows)
 
     def _ema_update(self, st: LayerState, feats: torch.Tensor) -> torch.Tensor:
@@ -224,13 +229,13 @@ class AAHController(Controller):
         if topo == "none":  # grouping_off: every head its own item, raw current features (no EMA)
             feats = self._features(layer)
             return [Level([[h] for h in range(self.n_head)], self._standardizer(feats)(feats))]
-        if topo == "adaptive" or (topo == "freeze_learned" and st.topology is None):
+        if topo == "freeze_learned" and st.topology is not None:
+            return relevel(st.topology, self._pooled(layer, st.topology[0]), self.s.group_feature_mode)
+        if topo in ("adaptive", "freeze_learned"):
             levels = self._adaptive(layer, st)
             if topo == "freeze_learned":
                 st.topology = topology_of(levels)
             return levels
-        if topo == "freeze_learned":
-            return relevel(st.topology, self._pooled(layer, st.topology[0]), self.s.group_feature_mode)
         if topo in ("reuse", "freeze_after_warmup"):
             groups = self._frozen_groups(layer, st)
             level0 = Level(groups, self._pooled(layer, groups))
@@ -260,13 +265,15 @@ class AAHController(Controller):
 
     def _shadow(self, metrics: dict[str, float]) -> None:
         """Warmup / control_off: upper levels rebuilt from group q/k/v stats on the cached grouping; not executed."""
+        shadow = []
         for layer, st in enumerate(self.layers):
             groups = st.prev_groups
+            assert groups is not None, "the first grouped call clustered every layer"
             levels = self._grow(Level(groups, self._pooled(layer, groups)))
             selection = self._select(layer, levels)
             st.group_counts, st.joint_pairs = [len(level.groups) for level in levels], selection.joint_pairs
             st.shadow_idx = selection.head_idx
-        shadow = [windows_of(st.shadow_idx, self.buckets, self.T) for st in self.layers]
+            shadow.append(windows_of(selection.head_idx, self.buckets, self.T))
         metrics["ctrl/shadow_acr"] = acr(torch.tensor(shadow), self.T)
 
     # ---- diagnostics (§5) ---------------------------------------------------------------------
@@ -283,7 +290,7 @@ class AAHController(Controller):
             out["ctrl/joint_pairs"] = float(sum(sum(st.joint_pairs) for st in self.layers))
         fresh = sorted(self.observer.fresh)
         for layer in fresh:
-            entropy = self.observer.latest[layer].to_cpu().entropy.tolist()
+            entropy = self.observer.recorded(layer).to_cpu().entropy.tolist()
             out.update({f"ctrl/entropy/L{layer}H{h}": e for h, e in enumerate(entropy)})
         if fresh:
             values = [v for k, v in out.items() if k.startswith("ctrl/entropy/")]

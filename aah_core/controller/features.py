@@ -145,11 +145,12 @@ class Standardizer:
     """z-scores feature columns with statistics taken across heads (the 'standardize' fix, §8.3)."""
 
     def __init__(self, head_rows: torch.Tensor | None) -> None:
-        if head_rows is None:
-            self.mean = self.std = None
-        else:
-            self.mean = head_rows.mean(dim=0)
-            self.std = head_rows.std(dim=0, unbiased=False).clamp(min=1e-6)
+        # (mean, std) per column; None (the fix is off): rows pass unchanged
+        self.stats = None if head_rows is None else (
+            head_rows.mean(dim=0), head_rows.std(dim=0, unbiased=False).clamp(min=1e-6))
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
-        return rows if self.mean is None else (rows - self.mean) / self.std
+        if self.stats is None:
+            return rows
+        mean, std = self.stats
+        return (rows - mean) / std

@@ -97,9 +97,9 @@ class LearnedBudgetController(Controller):
         return self.s.tau_start * (self.s.tau_end / self.s.tau_start) ** frac
 
     def _set_bias(self, on: bool) -> None:
-        for layer, block in enumerate(self.model.blocks):
+        for layer in range(self.model.n_layer):
             bias = lambda T, layer=layer: soft_window_bias(self.probs()[layer], self.buckets, T)  # noqa: E731
-            block.attn.window_bias = bias if on else None
+            self.model.block(layer).attn.window_bias = bias if on else None
 
     def _argmax_plan(self, idx: torch.Tensor) -> torch.Tensor:
         windows = torch.tensor(self.buckets, device=idx.device).clamp(max=self.T)
@@ -121,6 +121,7 @@ class LearnedBudgetController(Controller):
         if self.phase != "hard" and step >= self.harden_step:
             self.harden()
         if self.phase == "hard":
+            assert self.hard_idx is not None, "harden() (or a checkpoint of a hard phase) set it"
             plan = self._argmax_plan(self.hard_idx)
         elif step >= self.start_step:
             if self.phase == "full":

@@ -27,13 +27,14 @@ class FeatureObserver:
         self.seconds = 0.0  # time spent recording since the last reset
 
     def attach(self) -> None:
-        for block in self.model.blocks:
-            block.attn.observer = self
+        for layer in range(self.model.n_layer):
+            self.model.block(layer).attn.observer = self
 
     def detach(self) -> None:
-        for block in self.model.blocks:
-            if block.attn.observer is self:
-                block.attn.observer = None
+        for layer in range(self.model.n_layer):
+            attn = self.model.block(layer).attn
+            if attn.observer is self:
+                attn.observer = None
 
     def arm(self) -> None:
         self._armed = set(range(len(self.latest)))
@@ -41,6 +42,12 @@ class FeatureObserver:
     @property
     def ready(self) -> bool:
         return all(s is not None for s in self.latest)
+
+    def recorded(self, layer: int) -> HeadStats:
+        """The latest statistics of `layer`, which was recorded (it is fresh, or the observer is ready)."""
+        stats = self.latest[layer]
+        assert stats is not None, f"layer {layer} has not been recorded yet"
+        return stats
 
     def clear(self) -> None:
         n = len(self.latest)

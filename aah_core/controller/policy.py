@@ -4,6 +4,7 @@ post-processing of the per-head bucket index (§2.8). Pure functions over small 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,7 @@ def clamp_top_down(raw: list[list[int]], levels: list[Level], parent_constraint:
     if parent_constraint:
         for l in range(len(levels) - 2, -1, -1):
             parent = levels[l].parent
+            assert parent is not None, f"level {l} is below the top, so it has parents"
             final[l] = [min(final[l][g], final[l + 1][parent[g]]) for g in range(len(final[l]))]
     return final
 
@@ -74,6 +76,6 @@ def ramp(idx: list[int], step: int, warmup: int, ramp_steps: int, full_idx: int)
     return [round(p * i + (1 - p) * full_idx) for i in idx]
 
 
-def windows_of(idx: list[int | None], buckets: list[int], seq_len: int, w_min: int = 1) -> list[int]:
+def windows_of(idx: Sequence[int | None], buckets: list[int], seq_len: int, w_min: int = 1) -> list[int]:
     """Bucket indices -> windows min(max(bucket, w_min), T); None is full attention (T)."""
     return [seq_len if i is None else min(max(buckets[i], w_min), seq_len) for i in idx]

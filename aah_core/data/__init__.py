@@ -74,10 +74,12 @@ class DataStream:
         xs, ys = [], []
         if batch_size - n_syn:
             x, y = self._text(self.corpus.train, batch_size - n_syn, self.gen)
-            xs.append(x), ys.append(y)
+            xs.append(x)
+            ys.append(y)
         if n_syn:
             x, y = self._synthetic(n_syn, self.gen, self.cfg.copy_min_span)
-            xs.append(x), ys.append(y)
+            xs.append(x)
+            ys.append(y)
         return torch.cat(xs), torch.cat(ys)
 
     def _spaced(self, ids: torch.Tensor, n: int, kind: str) -> EvalBatch:

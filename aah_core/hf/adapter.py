@@ -64,13 +64,17 @@ class HFWindowedLM(nn.Module):
                  folder: Path) -> None:
         super().__init__()
         self.hf = model.eval()
+        # transformers' PretrainedConfig: which fields it holds depends on the model's family
+        config: Any = model.config
         self.folder = folder
-        self.family = str(model.config.model_type)
+        self.family = str(config.model_type)
         self._tokenizer = tokenizer
         self._seq_len = seq_len
-        self._n_layer = int(model.config.num_hidden_layers)
-        self._n_head = int(model.config.num_attention_heads)
-        self._vocab = int(model.config.vocab_size)
+        self._n_layer = int(config.num_hidden_layers)
+        self._n_head = int(config.num_attention_heads)
+        self._n_kv_head = int(getattr(config, "num_key_value_heads", None) or self._n_head)
+        self._head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self._n_head)
+        self._vocab = int(config.vocab_size)
         self.register_buffer("_plan", plan.clamp(max=seq_len).clone(), persistent=False)
         self._decoder = (_decoder_layers(model, self._n_layer),)  # a tuple: not registered twice
         self._layers = list(self._decoder[0])  # the real layers, whatever the list holds meanwhile
@@ -89,12 +93,11 @@ class HFWindowedLM(nn.Module):
 
     @property
     def n_kv_head(self) -> int:
-        return int(getattr(self.hf.config, "num_key_value_heads", None) or self._n_head)
+        return self._n_kv_head
 
     @property
     def head_dim(self) -> int:
-        cfg = self.hf.config
-        return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self._n_head)
+        return self._head_dim
 
     @property
     def seq_len(self) -> int:

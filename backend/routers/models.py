@@ -14,7 +14,7 @@ from fastapi.responses import FileResponse
 
 from aah_core.windows import coverage_metrics, plan_to_json
 from backend.api.deps import HeavyDep, RegistryDep
-from backend.schemas.base import OWN_WINDOW, EvalSet
+from backend.schemas.base import OWN_WINDOW, AttentionWindow, EvalSet
 from backend.schemas.models import (
     AllocateRequest,
     AllocateResponse,
@@ -109,7 +109,7 @@ async def read_attention(
     = OWN_WINDOW,
 ) -> Response:
     """One head's attention map on a bundled text, full and windowed, with the mass the window cuts."""
-    chosen = window if window == OWN_WINDOW else None if window == "full" else int(window)
+    chosen: AttentionWindow = OWN_WINDOW if window == OWN_WINDOW else None if window == "full" else int(window)
     return await heavy.json_response(("attention", model_id, layer, head, text_id, chosen),
                                      lambda: analysis.attention(registry.get(model_id), layer, head, None, text_id,
                                                                 chosen))

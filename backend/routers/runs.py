@@ -90,8 +90,9 @@ def _metrics_body(sessions: sessionmaker[Session], cache: LruCache, query: Metri
                   version: tuple[int, int]) -> bytes:
     run_id, keys, min_step, max_step, max_points = query
     with transaction(sessions) as s:
+        reduced: list[str] = []
         if max_points is None:
-            series, reduced = metric_store.read_metrics(s, run_id, keys, min_step, max_step), []
+            series = metric_store.read_metrics(s, run_id, keys, min_step, max_step)
         else:
             series, reduced = read_downsampled(s, run_id, max_points, keys, min_step, max_step)
     body = MetricsResponse(run_id=run_id, series=series, downsampled=reduced).model_dump_json().encode()
@@ -158,8 +159,8 @@ def _compare(sessions: sessionmaker[Session], body: CompareRequest) -> CompareRe
         if keys is None:
             keys = sorted({k for run in runs for k in run.summary})
         table = metric_store.aggregate_metrics(session, run_ids, keys, body.agg, body.step)
-        steps = (metric_store.steps_at_or_before(session, run_ids, keys, body.step) if body.agg == "at_step"
-                 else {})
+        steps = (metric_store.steps_at_or_before(session, run_ids, keys, body.step)
+                 if body.agg == "at_step" and body.step is not None else {})  # compare_runs refused at_step without one
         series = {}
         for run_id in run_ids:
             by_key = metric_store.read_metrics(session, run_id, keys)

@@ -6,7 +6,7 @@ default. Non-finite floats serialise as null (``ser_json_inf_nan``), never as a 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
@@ -15,7 +15,7 @@ Plan = Annotated[
     list[Annotated[list[Window | None], Field(max_length=1024)]],
     Field(description="per layer, per head: int >= 1 or null (full)", max_length=1024),
 ]
-OWN_WINDOW = "own"
+OWN_WINDOW: Final = "own"  # Final: typed Literal["own"], so it is an AttentionWindow
 # /attention's window: "own" (the head's window in the model's own plan; the default), an int >= 1, or
 # null (full), the same null as in a plan.
 AttentionWindow = Window | Literal["own"] | None

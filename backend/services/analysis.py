@@ -85,12 +85,13 @@ def evaluate(registry: Registry, lm: LoadedModel, body: EvaluateRequest) -> Eval
     loss, tokens, cached = _losses(registry, lm, plan, body.eval_set, body.per_token)
     per_token = None
     if body.per_token:
+        assert tokens is not None and base_tokens is not None, "_losses gives per-token losses when asked"
         batch = lm.batch(body.eval_set)
         ignored = (batch.targets[0] < 0).tolist()
         labels = [lm.tokenizer.decode_token(int(t)) for t in batch.idx[0].tolist()]
         loss_row = [None if skip else v for v, skip in zip(tokens, ignored, strict=True)]
         base_row = [None if skip else v for v, skip in zip(base_tokens, ignored, strict=True)]
-        delta_row = [None if a is None else a - b for a, b in zip(loss_row, base_row, strict=True)]
+        delta_row = [None if skip else a - b for a, b, skip in zip(tokens, base_tokens, ignored, strict=True)]
         per_token = PerTokenLosses(tokens=labels, loss=loss_row, baseline=base_row, delta=delta_row)
     delta = loss - baseline
     return EvaluateResponse(

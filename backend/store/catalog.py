@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import cast
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import CursorResult, delete, func, select
 from sqlalchemy.orm import Session
 
 from backend.schemas.errors import InvalidInput, NotFound
@@ -95,7 +96,9 @@ def order_views(s: Session, ids: list[int]) -> list[ViewPublic]:
                            + (f"; no such view {unknown}" if unknown else "")
                            + ("; repeated ids" if len(ids) != len(set(ids)) else ""))
     for position, view_id in enumerate(ids):
-        s.get(View, view_id).position = position
+        view = s.get(View, view_id)
+        assert view is not None, "ids name the saved views (checked above)"
+        view.position = position
     s.flush()
     return list_views(s)
 
@@ -108,5 +111,6 @@ def get_view(s: Session, view_id: int) -> ViewPublic:
 
 
 def delete_view(s: Session, view_id: int) -> None:
-    if s.execute(delete(View).where(View.id == view_id)).rowcount == 0:
+    # a DELETE's result is a cursor's (Session types it Result)
+    if cast(CursorResult, s.execute(delete(View).where(View.id == view_id))).rowcount == 0:
         raise NotFound(f"view {view_id} not found")

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Connection, Row, select
+from sqlalchemy import ColumnElement, Connection, select
 from sqlalchemy.orm import Session
 
 from backend.schemas.runs import MetricSeries
@@ -84,9 +84,9 @@ def read_downsampled(s: Session, run_id: int, max_points: int, keys: Sequence[st
         # a short series is sent whole; LIMIT keeps the probe cheap when the count is stale or partial
         limit = max_points + 1 if min_step is not None or max_step is not None or counts[key] > max_points else None
         rows = conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(*where)
-                            .order_by(Metric.step, Metric.id).limit(limit)).all()
+                            .order_by(Metric.step, Metric.id).limit(limit)).tuples().all()
         if len(rows) > max_points:
-            rows = _reduced(conn, where, run_id, key, rows[0].step, max_points)
+            rows = _reduced(conn, where, run_id, key, rows[0][0], max_points)
             reduced.append(key)
         if rows:
             out[key] = MetricSeries(step=[r[0] for r in rows], value=[r[1] for r in rows],
@@ -103,8 +103,9 @@ def _range(run_id: int, key: str, min_step: int | None, max_step: int | None) ->
     return where
 
 
-def _rows(conn: Connection, where: list[ColumnElement[bool]], *steps: ColumnElement[bool]) -> list[Row]:
-    return conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(*where, *steps)).all()
+def _rows(conn: Connection, where: list[ColumnElement[bool]], *steps: ColumnElement[bool],
+          ) -> Sequence[tuple[int, float | None, float]]:
+    return conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(*where, *steps)).tuples().all()
 
 
 def _reduced(conn: Connection, where: list[ColumnElement[bool]], run_id: int, key: str, first: int,
@@ -126,5 +127,5 @@ def _reduced(conn: Connection, where: list[ColumnElement[bool]], run_id: int, ke
             parts.update(rollups.summarize(edge, lambda step: step // w))
         buckets = rollups.regroup(parts, lambda b: cut.bucket(b * w))
     chosen = {row[0]: row for bucket in buckets.values() for row in bucket.rows()}
-    chosen[last_row.step] = tuple(last_row)
+    chosen[last_row.step] = last_row.tuple()
     return [chosen[step] for step in sorted(chosen)]

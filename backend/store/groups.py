@@ -124,6 +124,7 @@ def _group_runs(s: Session, *, experiment: str | None = None, group: str | None 
         query = query.where(Run.id.in_(select(RunTag.run_id).where(RunTag.tag == tag)))
     out: dict[tuple[str, str], list[tuple[int, int | None, str]]] = defaultdict(list)
     for exp, grp, run_id, seed, src in s.execute(query.order_by(Run.id).limit(MAX_GROUP_RUNS)):
+        assert grp is not None, "the query keeps runs that have a group"
         out[(exp, grp)].append((run_id, seed, src))
     for runs in out.values():  # by seed (runs without one last), then age
         runs.sort(key=lambda r: (r[1] is None, r[1] or 0, r[0]))
@@ -156,7 +157,7 @@ def group_series(s: Session, experiment: str, group: str, keys: Sequence[str] | 
     runs = _group_runs(s, experiment=experiment, group=group).get((experiment, group))
     if not runs:
         raise NotFound(f"no runs in group {group!r} of experiment {experiment!r}")
-    per_key: dict[str, dict[int, tuple[list[int], list[float | None]]]] = defaultdict(dict)
+    per_key: dict[str, dict[int, tuple[Sequence[int], Sequence[float | None]]]] = defaultdict(dict)
     for run_id, _, _ in runs:
         for key, series in metric_store.read_metrics(s, run_id, keys).items():
             per_key[key][run_id] = (series.step, series.value)

@@ -54,18 +54,36 @@ class Summary:
     def merge(self, other: Summary) -> None:
         if other.first_step < self.first_step:
             self.first_step, self.first_ts = other.first_step, other.first_ts
-        if other.lo_value is not None and (self.lo_value is None or
-                                           (other.lo_value, other.lo_step) < (self.lo_value, self.lo_step)):
-            self.lo_step, self.lo_value, self.lo_ts = other.lo_step, other.lo_value, other.lo_ts
-        if other.hi_value is not None and (self.hi_value is None or
-                                           (other.hi_value, -other.hi_step) > (self.hi_value, -self.hi_step)):
-            self.hi_step, self.hi_value, self.hi_ts = other.hi_step, other.hi_value, other.hi_ts
+        mine, theirs = self.lo, other.lo
+        if theirs is not None and (mine is None or (theirs[1], theirs[0]) < (mine[1], mine[0])):
+            self.lo_step, self.lo_value, self.lo_ts = theirs
+        mine, theirs = self.hi, other.hi
+        if theirs is not None and (mine is None or (theirs[1], -theirs[0]) > (mine[1], -mine[0])):
+            self.hi_step, self.hi_value, self.hi_ts = theirs
+
+    @property
+    def lo(self) -> tuple[int, float, float] | None:
+        """(step, value, timestamp) of the minimum; None when no value is finite."""
+        return _point(self.lo_step, self.lo_value, self.lo_ts)
+
+    @property
+    def hi(self) -> tuple[int, float, float] | None:
+        """(step, value, timestamp) of the maximum; None when no value is finite."""
+        return _point(self.hi_step, self.hi_value, self.hi_ts)
 
     def rows(self) -> list[tuple[int, float | None, float]]:
         """The (step, value, timestamp) rows a downsampled read keeps: minimum and maximum, else the first."""
-        if self.lo_value is None:
+        lo, hi = self.lo, self.hi
+        if lo is None or hi is None:
             return [(self.first_step, None, self.first_ts)]
-        return [(self.lo_step, self.lo_value, self.lo_ts), (self.hi_step, self.hi_value, self.hi_ts)]
+        return [lo, hi]
+
+
+def _point(step: int | None, value: float | None, ts: float | None) -> tuple[int, float, float] | None:
+    if value is None:
+        return None
+    assert step is not None and ts is not None, "a bucket's step, value and timestamp are set together"
+    return step, value, ts
 
 
 def summarize(points: Iterable[tuple[int, float | None, float]], bucket: Callable[[int], int],
@@ -74,8 +92,8 @@ def summarize(points: Iterable[tuple[int, float | None, float]], bucket: Callabl
     point per step; ``bucket(step)`` must not decrease with the step. min() and max() keep the first of
     equal values: in step order, the smaller step."""
     out: dict[int, Summary] = {}
-    for b, group in groupby(sorted(points, key=itemgetter(0)), key=lambda p: bucket(p[0])):
-        group = list(group)
+    for b, grouped in groupby(sorted(points, key=itemgetter(0)), key=lambda p: bucket(p[0])):
+        group = list(grouped)
         finite = [p for p in group if p[1] is not None]
         if finite:
             lo, hi = min(finite, key=itemgetter(1)), max(finite, key=itemgetter(1))
@@ -108,7 +126,7 @@ def _parent(bucket: int) -> int:
 
 def add(conn: Connection, run_id: int, points: dict[str, list[tuple[int, float | None, float]]]) -> None:
     """Merge newly stored points (per key) into their buckets at every level: one statement."""
-    rows = []
+    rows: list[tuple[object, ...]] = []  # (key, level, bucket, *COLUMNS)
     for key, key_points in points.items():
         buckets = summarize(key_points, _level0)
         for level in range(LEVELS):

@@ -12,8 +12,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import cast
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import CursorResult, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from aah_core.windows import JsonPlan, plan_to_json
@@ -184,7 +185,7 @@ def end_run(s: Session, run_id: int, status: str, error: str | None = None) -> b
     """Move an active run to a final status; a run that already ended is left alone."""
     result = s.execute(update(Run).where(Run.id == run_id, Run.status.in_(ACTIVE_STATUSES))
                        .values(status=status, error=error, ended_at=now_ms(), pid=None))
-    return result.rowcount > 0
+    return cast(CursorResult, result).rowcount > 0  # an UPDATE's result is a cursor's (Session types it Result)
 
 
 @dataclass(frozen=True)
@@ -198,8 +199,10 @@ class ActiveRun:
 def delete_runs(s: Session, run_ids: Sequence[int]) -> None:
     """Runs and everything of theirs: metric rows and rollups here (they have no foreign key), the
     rest by the foreign keys' cascade."""
-    for table in (Metric, MetricRollup, Run):
-        s.execute(delete(table).where((table.id if table is Run else table.run_id).in_(list(run_ids))))
+    ids = list(run_ids)
+    s.execute(delete(Metric).where(Metric.run_id.in_(ids)))
+    s.execute(delete(MetricRollup).where(MetricRollup.run_id.in_(ids)))
+    s.execute(delete(Run).where(Run.id.in_(ids)))
 
 
 def active_job_runs(s: Session) -> list[ActiveRun]:

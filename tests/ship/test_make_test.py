@@ -24,9 +24,9 @@ def test_a_selection_without_tests_fails_make() -> None:
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
-def test_make_test_runs_lint_before_the_tests() -> None:
+def test_make_test_runs_lint_and_types_before_the_tests() -> None:
     proc = subprocess.run(["make", "-n", "--no-print-directory", "test"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     plan = proc.stdout
     assert proc.returncode == 0, proc.stderr
-    assert plan.index("ruff check") < plan.index("pytest"), plan
+    assert plan.index("ruff check") < plan.index("bin/mypy") < plan.index("pytest"), plan
