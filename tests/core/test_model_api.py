@@ -1,7 +1,9 @@
+import pytest
 import torch
 
 from aah_core.checkpoint import load_checkpoint, save_checkpoint
 from aah_core.data.tokenizers import ByteTokenizer
+from aah_core.errors import AAHError
 from aah_core.model import WindowedGPT
 from aah_core.model_api import WindowedLM, power_of_two_buckets
 
@@ -35,3 +37,9 @@ def test_queries_keys_reproduce_the_layer_output(tiny_model):
     model.run_layers(x, plan, start=1, end=2)
     torch.testing.assert_close(q, seen["q"])
     torch.testing.assert_close(k, seen["k"])
+
+
+def test_a_model_built_without_a_tokenizer_says_how_to_get_one(tiny_config):
+    model = WindowedGPT(tiny_config.model)
+    with pytest.raises(AAHError, match="built without a tokenizer; load it with"):
+        model.tokenizer.encode("x")
