@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from aah_core.analysis.evaluate import evaluate_loss
-from aah_core.config import ModelConfig
 from aah_core.data import EvalBatch
 from aah_core.errors import AAHError
 from aah_core.inference.cost import ModelShape, plan_cost
 from aah_core.inference.serving import GRAINS, candidates, round_plan
 from aah_core.model import WindowedGPT
+from aah_core.model_config import ModelConfig
 
 T = 16
 GQA = ModelShape(n_layer=3, n_head=4, n_kv_head=2, head_dim=8, seq_len=T)
