@@ -25,6 +25,7 @@ from aah_core.config import RunConfig
 from aah_core.data.tokenizers import make_tokenizer
 from aah_core.errors import AAHError, CheckpointError
 from aah_core.model import WindowedGPT
+from aah_core.paths import ReadRoots, confine_data_paths, confine_folder_files
 from aah_core.windows import plan_to_json, validate_plan
 
 FORMAT = "aah-studio/checkpoint-v1"
@@ -190,11 +191,19 @@ def verify_checkpoint(path: str | Path) -> CheckpointInfo:
     return read_checkpoint_info(path)
 
 
-def load_checkpoint(path: str | Path, device: str = "cpu") -> Checkpoint:
-    """Load a checkpoint directory; refuses pickles, missing files and foreign or corrupt content."""
+def load_checkpoint(path: str | Path, device: str = "cpu", roots: ReadRoots | None = None) -> Checkpoint:
+    """Load a checkpoint directory; refuses pickles, missing files and foreign or corrupt content.
+
+    With ``roots`` (a service), the folder's files and every path its config names (corpus, tokenizer
+    folder and files) are confined to them before anything is read (aah_core.paths): the returned config
+    holds the resolved paths. Without, the config's paths are taken as they are (the local `aah` command)."""
     path = Path(path)
+    if roots is not None:
+        confine_folder_files(path, roots.folder)
     _check_files(path)
     config, meta = _read_config(path)
+    if roots is not None:
+        config = confine_data_paths(config, roots.data, roots.private)
     _stored_params(path, config)  # names and shapes checked from the header: the load below matches them
     try:
         model = WindowedGPT(config.model, make_tokenizer(config.data.tokenizer, config.data.tokenizer_dir))

@@ -6,7 +6,6 @@ loads it with the fixed evaluation data tokenized by the model's own tokenizer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from aah_core.data import DataStream
 from aah_core.errors import CheckpointError
 from aah_core.hf.folder import is_hf_folder
 from aah_core.model_api import WindowedLM, power_of_two_buckets
-from aah_core.paths import confine_data_paths
+from aah_core.paths import ReadRoots, confine_data_paths, confine_folder_files
 
 AAH_FAMILY = "aah"  # WindowedGPT, AAH Studio's own checkpoints
 
@@ -39,10 +38,14 @@ class OpenedModel:
     stream: DataStream  # fixed evaluation batches and texts, in the model's own tokenizer
 
 
-def describe_model(path: str | Path, seq_len: int | None = None) -> ModelDescription:
+def describe_model(path: str | Path, seq_len: int | None = None, roots: ReadRoots | None = None) -> ModelDescription:
     """What a model folder holds, without reading weights. `seq_len` applies to Hugging Face models
-    (default min(model maximum, 1024)); a checkpoint's context is its own. Raises CheckpointError."""
+    (default min(model maximum, 1024)); a checkpoint's context is its own. With `roots` (a service), the
+    folder's files and a checkpoint's corpus / tokenizer must lie under them (aah_core.paths), checked
+    before anything is read. Raises CheckpointError or InvalidConfig."""
     path = Path(path)
+    if roots is not None:
+        confine_folder_files(path, roots.folder)
     if is_hf_folder(path):
         from aah_core.hf import describe_hf_model
 
@@ -50,6 +53,8 @@ def describe_model(path: str | Path, seq_len: int | None = None) -> ModelDescrip
         return ModelDescription(hf.family, hf.n_layer, hf.n_head, hf.seq_len, power_of_two_buckets(hf.seq_len),
                                 hf.n_params, hf.dtype, None)
     info = read_checkpoint_info(path)
+    if roots is not None:
+        confine_data_paths(info.config, roots.data, roots.private)
     m = info.config.model
     if seq_len is not None and seq_len != m.seq_len:
         raise CheckpointError(f"{path}: an AAH Studio checkpoint is evaluated at its own seq_len={m.seq_len}")
@@ -57,16 +62,17 @@ def describe_model(path: str | Path, seq_len: int | None = None) -> ModelDescrip
                             info.config.preset)
 
 
-def open_model(path: str | Path, seq_len: int | None = None, data_roots: Sequence[Path] | None = None) -> OpenedModel:
-    """Load a model folder of either format. A checkpoint's own corpus / tokenizer folder must lie under
-    `data_roots` when given (aah_core.paths). Raises CheckpointError or InvalidConfig (or ValueError for its data)."""
+def open_model(path: str | Path, seq_len: int | None = None, roots: ReadRoots | None = None) -> OpenedModel:
+    """Load a model folder of either format, confined to `roots` as describe_model is. Raises
+    CheckpointError or InvalidConfig (or ValueError for its data)."""
     path = Path(path)
+    if roots is not None:
+        confine_folder_files(path, roots.folder)
     if is_hf_folder(path):
         from aah_core.hf import open_hf_model
 
         model = open_hf_model(path, seq_len)
         return OpenedModel(model, DataStream(DataConfig(), model.seq_len, tokenizer=model.tokenizer, eval_only=True))
-    ckpt = load_checkpoint(path)
-    data = ckpt.config.data if data_roots is None else confine_data_paths(ckpt.config, data_roots).data
-    stream = DataStream(data, ckpt.config.model.seq_len, tokenizer=ckpt.model.tokenizer, eval_only=True)
+    ckpt = load_checkpoint(path, roots=roots)  # its data paths confined before its tokenizer is built
+    stream = DataStream(ckpt.config.data, ckpt.config.model.seq_len, tokenizer=ckpt.model.tokenizer, eval_only=True)
     return OpenedModel(ckpt.model, stream)

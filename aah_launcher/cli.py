@@ -43,8 +43,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     try:
         migrate.upgrade(engine)
         with transaction(make_session_factory(engine)) as s:
-            model_id, d = register_model_folder(s, args.path, args.name, args.seq_len, settings.model_roots,
-                                                settings.data_dir)
+            model_id, d = register_model_folder(s, args.path, args.name, args.seq_len, settings)
     except ServiceError as exc:
         print(f"aah models add: error: {exc.detail}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
@@ -13,6 +14,7 @@ from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from sqlalchemy.exc import DBAPIError
 
+from aah_core.paths import library_caches
 from backend import __version__
 from backend.api import preflight
 from backend.api.deps import require_token
@@ -64,6 +66,7 @@ def serving_gc() -> Iterator[None]:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     preflight.check(settings)
+    os.environ.update(library_caches(settings.data_dir))  # this process and its workers write nothing outside it
     with first_start_lock(settings.data_dir):  # a second server started at once waits, then finds it all done
         try:
             engine = make_engine(settings.db_url)

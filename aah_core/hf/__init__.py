@@ -14,7 +14,8 @@ from pathlib import Path
 from aah_core.errors import CheckpointError
 from aah_core.hf.folder import (
     HFTokenizer,
-    count_parameters,
+    check_config_json,
+    check_parameter_count,
     eval_seq_len,
     is_hf_folder,
     model_dtype,
@@ -41,10 +42,12 @@ def read_hf_config(folder: Path):
 
     logging.disable_progress_bar()
 
+    check_config_json(folder)
     try:
         return AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"{folder}/config.json: not a config transformers can read ({exc})") from None
+    except Exception as exc:  # a config class may raise anything on odd values (ZeroDivisionError, TypeError, ...)
+        raise CheckpointError(f"{folder}/config.json: not a config transformers can read "
+                              f"({exc.__class__.__name__}: {str(exc)[:200]})") from None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ def describe_hf_model(folder: str | Path, seq_len: int | None = None, dtype: str
     folder = Path(folder)
     files = weight_files(folder)
     config = read_hf_config(folder)
+    n_params = check_parameter_count(config, files)
     from aah_core.hf.folder import max_context
 
     n_head = int(config.num_attention_heads)
@@ -71,16 +75,17 @@ def describe_hf_model(folder: str | Path, seq_len: int | None = None, dtype: str
         family=str(config.model_type), n_layer=int(config.num_hidden_layers), n_head=n_head,
         n_kv_head=int(getattr(config, "num_key_value_heads", None) or n_head), seq_len=eval_seq_len(config, seq_len),
         max_seq_len=max_context(config), dtype=str(model_dtype(config, dtype)).removeprefix("torch."),
-        n_params=count_parameters(files),
+        n_params=n_params,
     )
 
 
 def open_hf_model(folder: str | Path, seq_len: int | None = None, dtype: str | None = None):
     """Load a local causal-LM folder as an HFWindowedLM (its own plan: the config's native windows)."""
     folder = Path(folder)
-    weight_files(folder)  # refuses pickle-only folders before transformers sees them
+    files = weight_files(folder)  # refuses pickle-only folders before transformers sees them
     tokenizer = HFTokenizer.from_folder(folder)
     config = read_hf_config(folder)
+    check_parameter_count(config, files)  # nothing is allocated for a config its weights do not match
     T = eval_seq_len(config, seq_len)
     torch_dtype = model_dtype(config, dtype)
     from transformers import AutoModelForCausalLM
@@ -94,8 +99,9 @@ def open_hf_model(folder: str | Path, seq_len: int | None = None, dtype: str | N
             str(folder), local_files_only=True, use_safetensors=True, trust_remote_code=False,
             attn_implementation=ATTN_IMPLEMENTATION, dtype=torch_dtype,
         )
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise CheckpointError(f"{folder}: transformers cannot load this causal LM ({exc})") from None
+    except Exception as exc:  # whatever transformers raises on this folder makes it unusable, not a crash
+        raise CheckpointError(f"{folder}: transformers cannot load this causal LM ({exc.__class__.__name__}: "
+                              f"{str(exc)[:200]})") from None
     if getattr(model.config, "attn_logit_softcapping", None) is not None:
         raise CheckpointError(f"{folder}: attention logit soft-capping ({model.config.model_type}) is not supported")
     return HFWindowedLM(model, tokenizer, native_plan(model.config, T), T, folder)

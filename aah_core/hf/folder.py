@@ -5,6 +5,7 @@ its native window plan and its tokenizer. Nothing here loads weights or reaches 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,45 @@ WINDOWED_LAYER_TYPES = {"sliding_attention"}
 FULL_LAYER_TYPES = {"full_attention"}
 
 
+MAX_CONFIG_BYTES = 1 << 20  # real configs are a few KB
+MAX_LAYERS = MAX_HEADS = 1024  # the API's layer/head indices stop there too
+# config.json sizes that transformers divides by or builds that many modules from: each must be a positive int
+SIZE_KEYS = ("num_hidden_layers", "n_layer", "num_attention_heads", "n_head", "num_key_value_heads", "hidden_size",
+             "n_embd", "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings", "n_positions")
+BOUNDED_KEYS = {"num_hidden_layers": MAX_LAYERS, "n_layer": MAX_LAYERS, "num_attention_heads": MAX_HEADS,
+                "n_head": MAX_HEADS}
+
+
+def _config_json(path: Path) -> Any:
+    """config.json parsed (None when missing or not JSON); deep nesting is not JSON we read."""
+    file = path / "config.json"
+    try:
+        if file.stat().st_size > MAX_CONFIG_BYTES:
+            return None
+        return json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+
+
 def is_hf_folder(path: str | Path) -> bool:
     """A folder whose config.json names a Hugging Face model_type (not an AAH Studio checkpoint)."""
-    try:
-        config = json.loads((Path(path) / "config.json").read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
+    config = _config_json(Path(path))
     return isinstance(config, dict) and isinstance(config.get("model_type"), str) and "format" not in config
+
+
+def check_config_json(folder: Path) -> None:
+    """Refuse a config.json that transformers would choke on (CheckpointError naming the key): too large or
+    nested, or a size that is not a positive integer (zero heads, "four" layers) or beyond the bounds."""
+    config = _config_json(folder)
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{folder}/config.json: not a JSON object of at most {MAX_CONFIG_BYTES >> 20} MiB")
+    for key in SIZE_KEYS:
+        value = config.get(key)
+        if value is None:  # absent or null: the family's default
+            continue
+        limit = BOUNDED_KEYS.get(key, 1 << 40)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            raise CheckpointError(f"{folder}/config.json: {key} must be an integer in [1, {limit:,}]; got {value!r:.40}")
 
 
 def weight_files(folder: Path) -> list[Path]:
@@ -46,20 +79,38 @@ def weight_files(folder: Path) -> list[Path]:
     raise CheckpointError(f"{folder}: no *.safetensors weights; a model folder holds config.json and model.safetensors")
 
 
-def count_parameters(files: list[Path]) -> int:
-    """Parameters from the safetensors headers, without reading the tensors."""
-    total = 0
+def stored_sizes(files: list[Path]) -> dict[str, int]:
+    """Elements of each stored tensor, by name, from the safetensors headers (no tensor is read)."""
+    sizes: dict[str, int] = {}
     try:
         for file in files:
             with safe_open(str(file), framework="pt") as f:
                 for key in f.keys():
-                    n = 1
-                    for d in f.get_slice(key).get_shape():
-                        n *= int(d)
-                    total += n
+                    sizes[key] = math.prod(int(d) for d in f.get_slice(key).get_shape())
     except (OSError, SafetensorError) as exc:
         raise CheckpointError(f"{file}: unreadable safetensors header ({exc})") from None
-    return total
+    return sizes
+
+
+def check_parameter_count(config: Any, files: list[Path]) -> int:
+    """The parameters of the model `config` describes, counted on the meta device (nothing allocated), after
+    checking them against the safetensors headers' total: a config that claims a larger model than its
+    weights (which transformers would fill with random values) is refused before anything is built."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except Exception as exc:  # transformers' model classes raise anything on an odd config
+        raise CheckpointError(f"config.json describes no model transformers can build ({exc.__class__.__name__}: "
+                              f"{str(exc)[:200]})") from None
+    expected = sum(p.numel() for p in model.parameters())  # tied weights once, as save_pretrained stores them
+    buffers = {name for name, _ in model.named_buffers()}  # some families also store buffers: not parameters
+    stored = sum(n for name, n in stored_sizes(files).items() if name not in buffers)
+    if stored != expected:
+        raise CheckpointError(f"config.json describes {expected:,} parameters but the safetensors files hold "
+                              f"{stored:,}: the parameter count does not match the weights")
+    return expected
 
 
 def max_context(config: Any) -> int:

@@ -37,6 +37,7 @@ from backend.schemas.models import (
 from backend.schemas.serving import ExportRequest, RoundRequest, RoundResponse
 from backend.services import analysis, inference, serving
 from backend.services.executor import BUSY
+from backend.services.registry import Registry
 
 router = APIRouter(prefix="/models", tags=["models"])
 ModelId = Annotated[str, Path(max_length=64)]
@@ -57,11 +58,12 @@ def read_unavailable_models(registry: RegistryDep) -> list[ModelUnavailable]:
     return registry.list_unavailable()
 
 
-@router.post("", status_code=201)
-def create_model(body: ModelCreate, registry: RegistryDep) -> ModelInfo:
+@router.post("", status_code=201, responses=BUSY)
+async def create_model(body: ModelCreate, registry: RegistryDep, heavy: HeavyDep) -> ModelInfo:
     """Register a local model folder (a Hugging Face causal LM with config.json, *.safetensors and
-    tokenizer.json, or an AAH Studio checkpoint) that lies under a model root (AAH_MODEL_DIRS)."""
-    return registry.register(body.path, body.name, body.seq_len)
+    tokenizer.json, or an AAH Studio checkpoint) that lies under a model root (AAH_MODEL_DIRS). Its
+    description (the config's model built on the meta device) runs in the heavy executor."""
+    return await heavy.run(None, lambda: registry.register(body.path, body.name, body.seq_len))
 
 
 @router.get("/{model_id}")
@@ -70,9 +72,7 @@ def read_model(model_id: ModelId, registry: RegistryDep) -> ModelInfo:
     return registry.info(model_id)
 
 
-@router.get("/{model_id}/windows")
-def read_model_windows(model_id: ModelId, registry: RegistryDep) -> ModelWindowsResponse:
-    """The model's own window plan and its coverage."""
+def _own_windows(registry: Registry, model_id: str) -> ModelWindowsResponse:
     lm = registry.get(model_id)
     T = lm.info.seq_len
     return ModelWindowsResponse(model_id=model_id, seq_len=T, windows=plan_to_json(lm.plan, T),
@@ -80,12 +80,23 @@ def read_model_windows(model_id: ModelId, registry: RegistryDep) -> ModelWindows
                                 **analysis.cost_fields(analysis.exact_cost(lm, lm.plan, T)).model_dump())
 
 
-@router.get("/{model_id}/texts")
-def read_model_texts(model_id: ModelId, registry: RegistryDep) -> list[TextInfo]:
-    """Bundled evaluation texts usable for heatmaps and retained-mass curves."""
+def _texts(registry: Registry, model_id: str) -> list[TextInfo]:
     lm = registry.get(model_id)
     return [TextInfo(id=t.id, name=t.name, kind=t.kind, n_tokens=int(t.ids.numel()),
                      preview=lm.tokenizer.decode(t.ids.tolist())[:PREVIEW_CHARS]) for t in lm.texts().values()]
+
+
+# These two may be a model's first use: its load runs in the heavy executor, not on a request thread.
+@router.get("/{model_id}/windows", response_model=ModelWindowsResponse, responses=BUSY)
+async def read_model_windows(model_id: ModelId, registry: RegistryDep, heavy: HeavyDep) -> Response:
+    """The model's own window plan and its coverage."""
+    return await heavy.json_response(("windows", model_id), lambda: _own_windows(registry, model_id))
+
+
+@router.get("/{model_id}/texts", responses=BUSY)
+async def read_model_texts(model_id: ModelId, registry: RegistryDep, heavy: HeavyDep) -> list[TextInfo]:
+    """Bundled evaluation texts usable for heatmaps and retained-mass curves."""
+    return await heavy.run(("texts", model_id), lambda: _texts(registry, model_id))
 
 
 @router.post("/{model_id}/evaluate", response_model=EvaluateResponse, responses=BUSY)

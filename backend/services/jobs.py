@@ -87,7 +87,7 @@ class JobManager:
     def start(self, body: RunCreate) -> RunPublic:
         try:
             config = apply_overrides(get_preset(body.preset), dict(body.overrides))
-            config = confine_data_paths(config, self.settings.path_roots)
+            config = confine_data_paths(config, self.settings.path_roots, self.settings.private_paths)
             check_fits(config)
         except AAHError as exc:
             raise InvalidInput(f"overrides: {exc}") from None

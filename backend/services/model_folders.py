@@ -11,9 +11,10 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from aah_core.errors import AAHError
 from aah_core.model_files import ModelDescription, describe_model
+from aah_core.paths import ReadRoots
 from backend.schemas.errors import Conflict, InvalidInput
+from backend.settings import Settings
 from backend.store import catalog
 
 MAX_ID = 48
@@ -46,6 +47,14 @@ def confine_model_path(raw: str, roots: Sequence[Path]) -> Path:
     return real
 
 
+def read_roots(settings: Settings, stored: str) -> ReadRoots:
+    """Where a model stored at `stored` may read from: its folder's files under the data dir (a checkpoint,
+    stored relative) or the model roots (a registered folder, stored absolute); a checkpoint's corpus and
+    tokenizer under the path roots, never the service's own store or logs."""
+    folder = settings.model_roots if Path(stored).is_absolute() else [settings.data_dir]
+    return ReadRoots(folder, settings.path_roots, settings.private_paths)
+
+
 def stored_path(path: Path, data_dir: Path) -> str:
     """Relative to the data dir when inside it (the store moves with it), else absolute."""
     return str(path.relative_to(data_dir)) if path.is_relative_to(data_dir) else str(path)
@@ -61,14 +70,15 @@ def _new_id(s: Session, name: str) -> str:
 
 
 def register_model_folder(s: Session, raw_path: str, name: str | None, seq_len: int | None,
-                          roots: Sequence[Path], data_dir: Path) -> tuple[str, ModelDescription]:
-    """Check, describe and store a model folder; returns (its new model id, its description)."""
-    path = confine_model_path(raw_path, roots)
+                          settings: Settings) -> tuple[str, ModelDescription]:
+    """Check, describe and store a model folder; returns (its new model id, its description). Every file
+    of the folder must resolve under the model roots (no link leads out)."""
+    path = confine_model_path(raw_path, settings.model_roots)
+    stored = stored_path(path, settings.data_dir)
     try:
-        description = describe_model(path, seq_len)
-    except (AAHError, ValueError, OSError) as exc:
-        raise InvalidInput(f"path: {exc}") from None
-    stored = stored_path(path, data_dir)
+        description = describe_model(path, seq_len, read_roots(settings, str(path)))
+    except Exception as exc:  # a malformed folder is the client's error (422), whatever the engine raised
+        raise InvalidInput(f"path: {str(exc) or exc.__class__.__name__}") from None
     existing = catalog.find_checkpoint_by_path(s, stored)
     if existing is not None:
         raise Conflict(f"path: {path} is already registered as model {existing.id!r}")

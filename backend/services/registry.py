@@ -22,7 +22,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from aah_core.analysis.evaluate import PrefixCachedEvaluator
 from aah_core.data import DataStream, EvalBatch, Tokenizer
-from aah_core.errors import AAHError
 from aah_core.model_api import WindowedLM
 from aah_core.model_files import ModelDescription, describe_model, open_model
 from aah_core.resources import check_loadable
@@ -30,7 +29,7 @@ from aah_core.windows import encode_window
 from backend.schemas.errors import InvalidInput, NotFound, Unavailable
 from backend.schemas.models import ModelInfo, ModelUnavailable
 from backend.services.cache import LruCache
-from backend.services.model_folders import register_model_folder
+from backend.services.model_folders import read_roots, register_model_folder
 from backend.settings import Settings
 from backend.store import catalog
 from backend.store.db import transaction
@@ -39,9 +38,11 @@ logger = logging.getLogger(__name__)
 EVAL_SEQS = 4  # sequences in each fixed evaluation batch
 TEXT_SEQS = 2  # bundled texts per kind
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# What reading a model folder's description may raise: a hostile config.json (huge dimensions, odd
-# values) must make that one model unavailable, never stop the service from starting.
-DESCRIBE_ERRORS = (AAHError, ValueError, OSError, TypeError, OverflowError, MemoryError, RuntimeError)
+InfoKey = tuple[str, str, float]  # (model id, stored path, config.json's mtime): a changed file is looked at anew
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) or exc.__class__.__name__
 
 
 @dataclass
@@ -118,7 +119,9 @@ class Registry:
         self.settings = settings
         self.sessions = sessions
         self._loaded: OrderedDict[str, LoadedModel] = OrderedDict()
-        self._infos: dict[tuple[str, str, float], ModelInfo] = {}
+        self._infos: dict[InfoKey, ModelInfo] = {}
+        # why a model could not be described or loaded, until its files change: listed as unavailable
+        self._failures: dict[InfoKey, str] = {}
         self._lock = threading.Lock()
         self._load_locks: dict[str, threading.Lock] = {}
         self.results = LruCache(settings.result_cache_size)
@@ -139,24 +142,30 @@ class Registry:
             raise Unavailable(f"checkpoint path {relative!r} is outside AAH_DATA_DIR; refusing to load it")
         return path
 
+    def _key(self, entry: catalog.CheckpointEntry) -> InfoKey:
+        try:  # lstat: a config.json that is a link out is not followed here (describe refuses it)
+            stamp = (self.resolve(entry.path) / "config.json").lstat().st_mtime
+        except OSError:
+            raise Unavailable(f"model {entry.id!r}: checkpoint {entry.path!r} is missing") from None
+        return entry.id, entry.path, stamp
+
     def _entry(self, model_id: str) -> catalog.CheckpointEntry:
         with transaction(self.sessions) as s:
             return catalog.get_checkpoint(s, model_id)
 
     def _info_from_files(self, entry: catalog.CheckpointEntry) -> ModelInfo:
-        """ModelInfo from the folder's files (aah_core.model_files.describe_model), no weights."""
-        path = self.resolve(entry.path)
-        try:
-            stamp = (path / "config.json").stat().st_mtime
-        except OSError:
-            raise Unavailable(f"model {entry.id!r}: checkpoint {entry.path!r} is missing") from None
-        key = (entry.id, entry.path, stamp)
+        """ModelInfo from the folder's files (aah_core.model_files.describe_model, confined to the roots;
+        no weights), with the parameter count the config describes checked against this machine's memory."""
+        key = self._key(entry)
+        if key in self._failures:
+            raise Unavailable(self._failures[key])
         if key not in self._infos:
             try:
-                description = describe_model(path, entry.seq_len)
+                description = describe_model(self.resolve(entry.path), entry.seq_len, read_roots(self.settings, entry.path))
                 check_loadable(description.n_params, DTYPE_BYTES.get(description.dtype, 4))
-            except DESCRIBE_ERRORS as exc:
-                raise Unavailable(f"model {entry.id!r}: checkpoint {entry.path!r} is unusable here ({exc})") from None
+            except Exception as exc:  # whatever a hostile folder makes the engine raise: this model only
+                self._failures[key] = f"model {entry.id!r}: checkpoint {entry.path!r} is unusable here ({_reason(exc)})"
+                raise Unavailable(self._failures[key]) from None
             self._infos[key] = _model_info(entry, description)
         return self._infos[key]
 
@@ -189,8 +198,7 @@ class Registry:
     def register(self, path: str, name: str | None, seq_len: int | None) -> ModelInfo:
         """Register a model folder under the model roots (422 outside them or unreadable, 409 if known)."""
         with transaction(self.sessions) as s:
-            model_id, _ = register_model_folder(s, path, name, seq_len, self.settings.model_roots,
-                                                self.settings.data_dir)
+            model_id, _ = register_model_folder(s, path, name, seq_len, self.settings)
         logger.info("model %s registered from %s", model_id, path)
         return self.info(model_id)
 
@@ -210,9 +218,10 @@ class Registry:
             entry = self._entry(model_id)
             info = self._info_from_files(entry)
             try:
-                opened = open_model(self.resolve(entry.path), entry.seq_len, data_roots=self.settings.path_roots)
-            except (AAHError, ValueError, OSError) as exc:
-                raise Unavailable(f"model {model_id!r} cannot be loaded: {exc}") from None
+                opened = open_model(self.resolve(entry.path), entry.seq_len, read_roots(self.settings, entry.path))
+            except Exception as exc:  # any failure makes this one model unavailable (listed), never the service
+                self._failures[self._key(entry)] = f"model {model_id!r} cannot be loaded: {_reason(exc)}"
+                raise Unavailable(self._failures[self._key(entry)]) from None
             loaded = LoadedModel(model_id, opened.model, info, opened.stream)
             logger.info("model %s loaded from %s", model_id, entry.path)
             with self._lock:
@@ -223,6 +232,8 @@ class Registry:
             return loaded
 
     def preload(self) -> None:
+        """Load the first registered models at start. Each is loaded or refused on its own: a model that
+        fails is listed as unavailable with the reason, and the service starts whatever any record holds."""
         usable, unusable = self._scan()
         for model in unusable:
             logger.warning("model %s is unavailable: %s", model.id, model.reason)
@@ -231,6 +242,8 @@ class Registry:
                 self.get(info.id)
             except Unavailable as exc:
                 logger.warning("preload: %s", exc.detail)
+            except Exception:  # e.g. the store went away meanwhile: the next request loads it again
+                logger.exception("preload of model %s failed", info.id)
 
     # -- the result cache (by model, kind and plan) ------------------------------------------
 
