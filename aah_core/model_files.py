@@ -13,7 +13,7 @@ from aah_core.checkpoint import load_checkpoint, read_checkpoint_info
 from aah_core.config import DataConfig
 from aah_core.data import DataStream
 from aah_core.errors import CheckpointError
-from aah_core.hf.folder import is_hf_folder
+from aah_core.hf.folder import is_hf_folder, read_config_json
 from aah_core.model_api import WindowedLM, power_of_two_buckets
 from aah_core.paths import ReadRoots, confine_data_paths, confine_folder_files
 
@@ -38,6 +38,15 @@ class OpenedModel:
     stream: DataStream  # fixed evaluation batches and texts, in the model's own tokenizer
 
 
+def _hugging_face(path: Path) -> bool:
+    """Read as a Hugging Face folder: its config.json names a model_type, or it is not a JSON object and
+    there is no plan.json either (no AAH Studio checkpoint), so that the Hugging Face checks say what is
+    wrong with it (too large, nested too deep)."""
+    if is_hf_folder(path):
+        return True
+    return not (path / "plan.json").is_file() and not isinstance(read_config_json(path), dict)
+
+
 def describe_model(path: str | Path, seq_len: int | None = None, roots: ReadRoots | None = None) -> ModelDescription:
     """What a model folder holds, without reading weights. `seq_len` applies to Hugging Face models
     (default min(model maximum, 1024)); a checkpoint's context is its own. With `roots` (a service), the
@@ -46,7 +55,7 @@ def describe_model(path: str | Path, seq_len: int | None = None, roots: ReadRoot
     path = Path(path)
     if roots is not None:
         confine_folder_files(path, roots.folder)
-    if is_hf_folder(path):
+    if _hugging_face(path):
         from aah_core.hf import describe_hf_model
 
         hf = describe_hf_model(path, seq_len)
@@ -68,7 +77,7 @@ def open_model(path: str | Path, seq_len: int | None = None, roots: ReadRoots | 
     path = Path(path)
     if roots is not None:
         confine_folder_files(path, roots.folder)
-    if is_hf_folder(path):
+    if _hugging_face(path):
         from aah_core.hf import open_hf_model
 
         model = open_hf_model(path, seq_len)

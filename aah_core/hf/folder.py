@@ -33,7 +33,7 @@ BOUNDED_KEYS = {"num_hidden_layers": MAX_LAYERS, "n_layer": MAX_LAYERS, "num_att
                 "n_head": MAX_HEADS}
 
 
-def _config_json(path: Path) -> Any:
+def read_config_json(path: Path) -> Any:
     """config.json parsed (None when missing or not JSON); deep nesting is not JSON we read."""
     file = path / "config.json"
     try:
@@ -46,16 +46,17 @@ def _config_json(path: Path) -> Any:
 
 def is_hf_folder(path: str | Path) -> bool:
     """A folder whose config.json names a Hugging Face model_type (not an AAH Studio checkpoint)."""
-    config = _config_json(Path(path))
+    config = read_config_json(Path(path))
     return isinstance(config, dict) and isinstance(config.get("model_type"), str) and "format" not in config
 
 
 def check_config_json(folder: Path) -> None:
     """Refuse a config.json that transformers would choke on (CheckpointError naming the key): too large or
     nested, or a size that is not a positive integer (zero heads, "four" layers) or beyond the bounds."""
-    config = _config_json(folder)
+    config = read_config_json(folder)
     if not isinstance(config, dict):
-        raise CheckpointError(f"{folder}/config.json: not a JSON object of at most {MAX_CONFIG_BYTES >> 20} MiB")
+        raise CheckpointError(f"{folder}/config.json: not a JSON object of at most {MAX_CONFIG_BYTES >> 20} MiB "
+                              "(nested JSON deeper than Python's recursion limit is refused too)")
     for key in SIZE_KEYS:
         value = config.get(key)
         if value is None:  # absent or null: the family's default

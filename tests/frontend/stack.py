@@ -83,6 +83,14 @@ def api_command(port: int, host: str = "127.0.0.1") -> list[str]:
 @contextlib.contextmanager
 def running_api(data: Path, log: Path, env: dict[str, str] | None = None, timeout: float = 120.0) -> Iterator[str]:
     """Only the API, on a free loopback port with ``data`` as its data dir; yields its base URL."""
+    with running_api_process(data, log, env, timeout) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def running_api_process(data: Path, log: Path, env: dict[str, str] | None = None,
+                        timeout: float = 120.0) -> Iterator[tuple[str, subprocess.Popen]]:
+    """As running_api; yields (its base URL, its process)."""
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if k not in ("AAH_API_TOKEN", "AAH_ALLOWED_HOSTS")}
     full_env.update({"AAH_DATA_DIR": str(data), "PYTHONPATH": str(ROOT), **(env or {})})
@@ -90,7 +98,7 @@ def running_api(data: Path, log: Path, env: dict[str, str] | None = None, timeou
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_ready(f"http://127.0.0.1:{port}/api/v1/health", proc, log, timeout)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc
     finally:
         stop_process(proc)
 
