@@ -24,6 +24,10 @@ from tests.untouched import age, atime_updates, listing, read_since_aged
 
 API = "/api/v1"
 SECRET = "TOP-SECRET-MARKER"
+# torch sets TORCHINDUCTOR_CACHE_DIR in its own process (here: the test's) and children inherit it: the
+# server must choose its caches itself, so none of these reaches it
+INHERITED_CACHES = dict.fromkeys(("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TIKTOKEN_CACHE_DIR",
+                                  "DATA_GYM_CACHE_DIR"))
 
 
 @pytest.fixture
@@ -36,7 +40,8 @@ def world(tmp_path):
         folder.mkdir()
     (outside / "encoder.json").write_text(json.dumps({SECRET: 0}))
     (outside / "vocab.bpe").write_text(f"#version: 0.2\n{SECRET} x\n")
-    env = {"HOME": str(home), "TMPDIR": str(tmp), "AAH_SEED_PAPER": "false", "AAH_SEED_SUITE": "false"}
+    env = {"HOME": str(home), "TMPDIR": str(tmp), "AAH_SEED_PAPER": "false", "AAH_SEED_SUITE": "false",
+           **INHERITED_CACHES}
     return tmp_path, data, outside, home, tmp, env
 
 
@@ -138,7 +143,10 @@ def hf_live(tmp_path_factory):
             catalog.register_checkpoint(s, catalog.CheckpointEntry(model_id, model_id, str(folder), None, None, None))
     engine.dispose()
     age(outside / "tokenizer.json")
-    env = {"AAH_SEED_DEMO": "false", "AAH_SEED_PAPER": "false", "AAH_SEED_SUITE": "false"}
+    home, tmp = base / "home", base / "tmp"
+    home.mkdir(), tmp.mkdir()
+    env = {"AAH_SEED_DEMO": "false", "AAH_SEED_PAPER": "false", "AAH_SEED_SUITE": "false", "HOME": str(home),
+           "TMPDIR": str(tmp), **INHERITED_CACHES}
     with running_api_process(data, base / "api.log", env) as (url, proc):
         with httpx.Client(base_url=url, timeout=120) as client:
             yield client, proc, base, good, models, outside
@@ -203,3 +211,13 @@ def test_a_link_out_of_a_registered_folder_is_refused(hf_live):
     assert r.status_code == 422 and "link that leads out" in r.json()["detail"], r.text
     if atime_updates(base):
         assert read_since_aged(outside / "tokenizer.json") == []
+
+
+def test_a_good_folder_beside_them_loads_and_writes_nothing_outside_the_data_dir(hf_live):
+    client, _, base, good, models, _ = hf_live
+    r = client.post(f"{API}/models", json={"path": str(_variant(good, models / "fine")), "name": None})
+    assert r.status_code == 201, r.text
+    assert client.get(f"{API}/models/{r.json()['id']}/texts").status_code == 200
+    r = client.post(f"{API}/models/{r.json()['id']}/evaluate", json={"windows": [[None] * 4] * 2})
+    assert r.status_code == 200, r.text
+    assert listing(base / "home", base / "tmp") == set()  # transformers, tokenizers, torch: nothing here

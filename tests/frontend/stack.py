@@ -81,19 +81,21 @@ def api_command(port: int, host: str = "127.0.0.1") -> list[str]:
 
 
 @contextlib.contextmanager
-def running_api(data: Path, log: Path, env: dict[str, str] | None = None, timeout: float = 120.0) -> Iterator[str]:
+def running_api(data: Path, log: Path, env: dict[str, str | None] | None = None,
+                timeout: float = 120.0) -> Iterator[str]:
     """Only the API, on a free loopback port with ``data`` as its data dir; yields its base URL."""
     with running_api_process(data, log, env, timeout) as (url, _):
         yield url
 
 
 @contextlib.contextmanager
-def running_api_process(data: Path, log: Path, env: dict[str, str] | None = None,
+def running_api_process(data: Path, log: Path, env: dict[str, str | None] | None = None,
                         timeout: float = 120.0) -> Iterator[tuple[str, subprocess.Popen]]:
-    """As running_api; yields (its base URL, its process)."""
+    """As running_api; yields (its base URL, its process). A variable set to None in ``env`` is removed."""
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if k not in ("AAH_API_TOKEN", "AAH_ALLOWED_HOSTS")}
     full_env.update({"AAH_DATA_DIR": str(data), "PYTHONPATH": str(ROOT), **(env or {})})
+    full_env = {k: v for k, v in full_env.items() if v is not None}
     proc = subprocess.Popen(api_command(port), cwd=ROOT, env=full_env, stdout=log.open("w"),
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
