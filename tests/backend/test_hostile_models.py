@@ -14,9 +14,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from backend import catalog
-from backend.db import make_engine, make_session_factory, transaction
-from backend.migrate import upgrade
+from backend.store import catalog
+from backend.store.db import make_engine, make_session_factory, transaction
+from backend.store.migrate import upgrade
 from tests.backend.test_tracking_api import create, upload
 from tests.frontend.stack import running_api, running_api_process
 from tests.hf.tiny import save_tiny_model
