@@ -22,8 +22,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from aah_core.analysis.evaluate import PrefixCachedEvaluator
 from aah_core.data import DataStream, EvalBatch, Tokenizer
+from aah_core.errors import InvalidConfig
 from aah_core.model_api import WindowedLM
 from aah_core.model_files import ModelDescription, describe_model, open_model
+from aah_core.paths import confine_folder_files
 from aah_core.resources import check_loadable
 from aah_core.windows import encode_window
 from backend.schemas.errors import InvalidInput, NotFound, Unavailable
@@ -192,8 +194,15 @@ class Registry:
         return self._info_from_files(self._entry(model_id))
 
     def folder(self, model_id: str) -> Path:
-        """The model's folder on disk (confined as `resolve` does)."""
-        return self.resolve(self._entry(model_id).path)
+        """The model's folder on disk (confined as `resolve` does), for a reader of its files (an export):
+        refused (503) when one of them has become a link that leads out of the roots."""
+        entry = self._entry(model_id)
+        path = self.resolve(entry.path)
+        try:
+            confine_folder_files(path, read_roots(self.settings, entry.path).folder)
+        except InvalidConfig as exc:
+            raise Unavailable(f"model {model_id!r}: {exc}") from None
+        return path
 
     def register(self, path: str, name: str | None, seq_len: int | None) -> ModelInfo:
         """Register a model folder under the model roots (422 outside them or unreadable, 409 if known)."""

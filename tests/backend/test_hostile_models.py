@@ -221,3 +221,18 @@ def test_a_good_folder_beside_them_loads_and_writes_nothing_outside_the_data_dir
     r = client.post(f"{API}/models/{r.json()['id']}/evaluate", json={"windows": [[None] * 4] * 2})
     assert r.status_code == 200, r.text
     assert listing(base / "home", base / "tmp") == set()  # transformers, tokenizers, torch: nothing here
+
+
+def test_an_export_of_a_loaded_folder_whose_file_became_a_link_out_is_refused(hf_live):
+    client, _, base, _, models, outside = hf_live
+    folder = save_tiny_model("qwen3", models / "exported-linked")  # a family whose export is a transformers folder
+    model_id = client.post(f"{API}/models", json={"path": str(folder), "name": None}).json()["id"]
+    body = {"windows": client.get(f"{API}/models/{model_id}/windows").json()["windows"],  # loaded now
+            "granularity": "transformers"}
+    assert client.post(f"{API}/models/{model_id}/round", json=body).status_code == 200  # exportable as it is
+    (folder / "tokenizer.json").unlink()
+    (folder / "tokenizer.json").symlink_to(outside / "tokenizer.json")
+    r = client.post(f"{API}/models/{model_id}/export", json=body)
+    assert r.status_code == 503 and "tokenizer.json is a link that leads out" in r.json()["detail"], r.text
+    if atime_updates(base):
+        assert read_since_aged(outside / "tokenizer.json") == []  # an export copies the tokenizer: not this one
