@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 from backend.store import catalog
 from backend.store.db import make_engine, make_session_factory, transaction
 from backend.store.migrate import upgrade
-from tests.backend.test_tracking_api import create, upload
+from tests.backend.test_tracking_api import tracked, upload
 from tests.frontend.stack import running_api, running_api_process
 from tests.hf.tiny import save_tiny_model
 from tests.untouched import age, atime_updates, listing, read_since_aged
@@ -60,8 +60,8 @@ def test_a_tracked_checkpoint_naming_an_outside_tokenizer_never_stops_the_servic
     hostile = json.loads((tiny_demo / "config.json").read_text())
     hostile["config"]["data"].update(tokenizer="gpt2", tokenizer_dir=str(outside))
     with running_api(data, base / "api.log", env) as url, httpx.Client(base_url=url, timeout=60) as client:
-        run_id = create(client, tiny_demo).json()["run"]["id"]
-        r = upload(client, run_id, tiny_demo, {"config.json": json.dumps(hostile).encode()})
+        run_id, auth = tracked(client, tiny_demo)
+        r = upload(client, run_id, tiny_demo, auth, {"config.json": json.dumps(hostile).encode()})
         assert r.status_code == 200, r.text  # a record: the training machine's paths are its own
         model = f"run-{run_id}"
         texts = client.get(f"{API}/models/{model}/texts")
@@ -90,8 +90,8 @@ def test_a_corpus_that_is_the_store_is_refused(world, tiny_demo):
     with running_api(data, base / "api.log", env) as url, httpx.Client(base_url=url, timeout=60) as client:
         r = client.post(f"{API}/runs", json={"preset": "tiny", "overrides": {"data.corpus": "aah.db"}})
         assert r.status_code == 422 and "data.corpus" in r.json()["detail"], r.text
-        run_id = create(client, tiny_demo).json()["run"]["id"]
-        assert upload(client, run_id, tiny_demo, {"config.json": json.dumps(hostile).encode()}).status_code == 200
+        run_id, auth = tracked(client, tiny_demo)
+        assert upload(client, run_id, tiny_demo, auth, {"config.json": json.dumps(hostile).encode()}).status_code == 200
         texts = client.get(f"{API}/models/run-{run_id}/texts")
         assert texts.status_code == 503 and "SQLite" not in texts.text, texts.text
         assert "data.corpus" in _unavailable(client)[f"run-{run_id}"]
