@@ -26,7 +26,7 @@ from aah_core.config import RunConfig, apply_overrides
 from aah_core.paper import PAPER_ROWS
 from aah_core.presets import get_preset
 from aah_core.train import Callback, JsonlSink, PlanJsonlSink, train
-from aah_core.windows import causal_coverage
+from aah_core.windows import FULL, causal_coverage, window_label
 
 MATCHED_ROWS = ("fixed_window", "learned_budget")  # set to full_adaptive's measured coverage
 
@@ -191,9 +191,10 @@ def _paired(deltas: list[float]) -> dict[str, Any]:
     return {"mean": mean, "std": std, "ci95": half, "within_noise": abs(mean) <= half}
 
 
-def _bucket_order(key: str) -> float:
+def _bucket_order(key: str) -> tuple[bool, float]:
+    """window_frac/<bucket> keys in window order, full last."""
     tail = key.split("/", 1)[1]
-    return math.inf if tail == "full" else float(tail)
+    return (tail == FULL, 0.0 if tail == FULL else float(tail))
 
 
 def _pm(stat: tuple[float, float], digits: int = 4) -> str:
@@ -203,7 +204,7 @@ def _pm(stat: tuple[float, float], digits: int = 4) -> str:
 
 def _setup_lines(report: dict[str, Any]) -> list[str]:
     s, c, m = report["settings"], report["control"], report["machine"]
-    buckets = "/".join("full" if b is None else str(b) for b in s["model.buckets"])
+    buckets = "/".join(window_label(b) for b in s["model.buckets"])
     matched = {name: runs[0]["controller"] for name, runs in report["rows"].items() if name in MATCHED_ROWS}
     runs = [r for rows in report["rows"].values() for r in rows]
     lines = [

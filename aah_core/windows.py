@@ -9,6 +9,10 @@ This module is the engine's plan type and its one JSON codec: `decode_window` / 
 read user or stored JSON (an int >= 1 or null; ints >= T are full) into the tensor form,
 `encode_window` / `plan_to_json` write it back with full as null. Every layer above converts
 through these four functions and nothing else.
+
+"Full window" has one spelling per medium: ``None`` in Python and ``null`` in JSON, ``FULL`` ("full")
+in text (`window_label`), and the sequence length T inside the engine's tensors, where a number is
+needed (a window >= T sees every earlier key).
 """
 
 from __future__ import annotations
@@ -24,6 +28,14 @@ from aah_core.errors import InvalidWindowPlan
 JsonWindow = int | None
 JsonPlan = list[list[JsonWindow]]
 DEFAULT_TILE = 128
+FULL = "full"  # a full window in text: labels, metric keys (window_frac/full), reports
+
+
+def window_label(window: int | None, seq_len: int | None = None) -> str:
+    """A window as text: "full" for None (or anything >= seq_len when given), else the integer."""
+    if window is None or (seq_len is not None and int(window) >= seq_len):
+        return FULL
+    return str(int(window))
 
 
 def _check_window(value: Any, where: str) -> int | None:
@@ -155,9 +167,8 @@ def coverage_metrics(plan: torch.Tensor, seq_len: int) -> dict[str, float]:
 def window_fractions(plan: torch.Tensor, buckets: Sequence[int], seq_len: int) -> dict[str, float]:
     """Fraction of heads whose window equals each bucket (key 'full' for windows >= seq_len)."""
     flat = plan.clamp(max=seq_len).flatten().tolist()
-    names = ["full" if b >= seq_len else str(b) for b in buckets]
-    counts = dict.fromkeys(names, 0)
+    counts = dict.fromkeys((window_label(b, seq_len) for b in buckets), 0)
     for w in flat:
-        key = "full" if w >= seq_len else str(w)
+        key = window_label(w, seq_len)
         counts[key] = counts.get(key, 0) + 1
     return {k: v / len(flat) for k, v in counts.items()}

@@ -9,8 +9,8 @@ from typing import Any, Mapping
 
 Window = int | None
 Plan = list[list[Window]]
-FULL = "full"  # the label of a full window (JSON null)
-URL_FULL = "f"  # its spelling inside encode_plan's compact URL text
+FULL = "full"  # a full window (JSON null) in text: labels and URLs
+LEGACY_URL_FULL = "f"  # links made before "full" wrote it so; still read
 
 # -- windows and plans -----------------------------------------------------------------------------
 
@@ -32,14 +32,19 @@ def parse_window(label: str | int | None) -> Window:
     return w
 
 
+def url_window(cell: str) -> Window:
+    """One window of link text: `parse_window`, plus the "f" of links made before."""
+    return None if cell == LEGACY_URL_FULL else parse_window(cell)
+
+
 def normalize_plan(plan: Plan, seq_len: int | None = None) -> Plan:
     """A copy with every window >= seq_len written as None (full), as the API does."""
     return [[None if w is None or (seq_len is not None and w >= seq_len) else int(w) for w in row] for row in plan]
 
 
 def encode_plan(plan: Plan) -> str:
-    """Compact, URL-safe text: heads joined by '.', layers by '_', full as 'f' (e.g. "64.f_16.32")."""
-    return "_".join(".".join(URL_FULL if w is None else str(int(w)) for w in row) for row in plan)
+    """Compact, URL-safe text: heads joined by '.', layers by '_' (e.g. "64.full_16.32")."""
+    return "_".join(".".join(window_label(w) for w in row) for row in plan)
 
 
 def decode_plan(text: str | None, n_layer: int | None = None, n_head: int | None = None) -> Plan | None:
@@ -47,7 +52,7 @@ def decode_plan(text: str | None, n_layer: int | None = None, n_head: int | None
     if not text:
         return None
     try:
-        plan = [[None if cell == URL_FULL else parse_window(cell) for cell in row.split(".")] for row in text.split("_")]
+        plan = [[url_window(cell) for cell in row.split(".")] for row in text.split("_")]
     except ValueError:
         return None
     if n_layer is not None and len(plan) != n_layer:
@@ -69,12 +74,12 @@ def repair_plan(text: str, own: Plan) -> tuple[Plan, list[str]]:
         plan.append([])
         for head, (cell, w) in enumerate(zip(row.split("."), own_row)):
             try:
-                plan[-1].append(None if cell == URL_FULL else parse_window(cell))
+                plan[-1].append(url_window(cell))
             except ValueError:
                 plan[-1].append(w)
                 bad.append(f"L{layer}H{head}={cell!r}")
     if bad:
-        return plan, [f"plan: {', '.join(bad)} (a window is an integer >= 1 or {URL_FULL}; "
+        return plan, [f"plan: {', '.join(bad)} (a window is an integer >= 1 or {FULL}; "
                       "those heads keep the model's own window)"]
     return plan, []
 

@@ -26,7 +26,7 @@ from aah_core.errors import AAHError, ExportRefused
 from aah_core.inference.cost import ModelShape, plan_cost
 from aah_core.inference.serving import Rounding, round_plan
 from aah_core.model_files import AAH_FAMILY, describe_model, open_model
-from aah_core.windows import encode_window, plan_to_json, validate_plan
+from aah_core.windows import encode_window, plan_to_json, validate_plan, window_label
 
 EVAL_SEQS = 4  # the evaluation batch the service uses (backend registry), so losses agree
 WEIGHTS = ("*.safetensors", "*.safetensors.index.json")
@@ -62,7 +62,7 @@ def _readme(name: str, family: str, rounding: Rounding, shape: ModelShape, facts
             notes: list[str]) -> str:
     T = shape.seq_len
     cost = plan_cost(rounding.plan, T, shape)
-    rows = "\n".join(f"| {layer} | {', '.join('full' if w is None else str(w) for w in row)} |"
+    rows = "\n".join(f"| {layer} | {', '.join(window_label(w) for w in row)} |"
                      for layer, row in enumerate(plan_to_json(rounding.plan, T)))
     load = ('```python\nfrom transformers import AutoModelForCausalLM\n\n'
             f'model = AutoModelForCausalLM.from_pretrained("{name}")\n```' if family != AAH_FAMILY

@@ -54,7 +54,7 @@ def test_post_bodies_follow_the_contract():
     api.create_run("demo", overrides={"train.max_steps": 50})
     api.compare_runs([1, 2], agg="at_step", step=100)
     api.windows_diff({"run_id": 1, "step": None}, {"model_id": "demo"})
-    api.create_view("v", "editor", {"plan": "4.f"})
+    api.create_view("v", "editor", {"plan": "4.full"})
     api.attention("demo", 0, 1, text="hello there", window=8, offset=3)
     api.cancel_run(7)
     api.register_model("my-llama", name="My Llama")
@@ -65,7 +65,7 @@ def test_post_bodies_follow_the_contract():
     assert bodies[2][2] == {"preset": "demo", "overrides": {"train.max_steps": 50}, "name": None, "experiment": None}
     assert bodies[3][2] == {"run_ids": [1, 2], "keys": None, "agg": "at_step", "step": 100}
     assert bodies[4] == ("POST", "/api/v1/windows/diff", {"a": {"run_id": 1, "step": None}, "b": {"model_id": "demo"}})
-    assert bodies[5][2] == {"name": "v", "page": "editor", "state": {"plan": "4.f"}}
+    assert bodies[5][2] == {"name": "v", "page": "editor", "state": {"plan": "4.full"}}
     assert bodies[6] == ("POST", "/api/v1/models/demo/attention",
                          {"layer": 0, "head": 1, "text": "hello there", "text_id": None, "window": 8, "offset": 3})
     assert bodies[7][:2] == ("POST", "/api/v1/runs/7/cancel")

@@ -19,7 +19,7 @@ def test_editor_shows_the_loss_first_and_the_charts_once_the_browser_has_shown_i
 
 
 def test_editor_generate_panel_shows_both_continuations(fake_api):
-    at = page("editor", plan="4.4.4.4_8.f.4.4")
+    at = page("editor", plan="4.4.4.4_8.full.4.4")
     assert not [t for t in at.text_area if t.key == "editor._gen_prompt"]  # built only while open
     open_expander(at, "editor._gen_open")
     assert not fake_api.called("generate")  # only on the button

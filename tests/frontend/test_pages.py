@@ -110,12 +110,12 @@ def test_editor_cell_edit_evaluates_the_new_plan_and_updates_the_url(fake_api):
     plan = [list(r) for r in OWN]
     plan[1][3] = 16
     assert fake_api.called("evaluate")[-1][1] == ("demo", plan)
-    assert url(at)["plan"] == "4.8.f.16_8.f.4.16" and url(at)["layer"] == "1" and url(at)["head"] == "3"
+    assert url(at)["plan"] == "4.8.full.16_8.full.4.16" and url(at)["layer"] == "1" and url(at)["head"] == "3"
     assert at.metric[1].value != "+0.0000"
     at.button(key="editor._undo").click().run()
     assert "plan" not in url(at)  # back to the model's own plan
     at.button(key="editor._redo").click().run()
-    assert url(at)["plan"] == "4.8.f.16_8.f.4.16"
+    assert url(at)["plan"] == "4.8.full.16_8.full.4.16"
 
 
 def test_editor_takes_any_typed_window_not_only_the_buckets(fake_api):
@@ -125,7 +125,7 @@ def test_editor_takes_any_typed_window_not_only_the_buckets(fake_api):
     typed[0].set_value(13).run()  # 13 is no bucket of this model
     plan = [list(r) for r in OWN]
     plan[1][2] = 13
-    assert fake_api.called("evaluate")[-1][1] == ("demo", plan) and url(at)["plan"] == "4.8.f.16_8.f.13.4"
+    assert fake_api.called("evaluate")[-1][1] == ("demo", plan) and url(at)["plan"] == "4.8.full.16_8.full.13.4"
     assert "13" in at.pills[0].options and at.button(key="editor._undo").disabled is False
     typed = [n for n in at.number_input if n.key.startswith("editor._typed.")]
     typed[0].set_value(32).run()  # the context (T=32): full
@@ -133,10 +133,10 @@ def test_editor_takes_any_typed_window_not_only_the_buckets(fake_api):
 
 
 def test_editor_opens_the_plan_from_a_shared_link(fake_api):
-    at = page("editor", plan="4.4.4.4_8.f.4.4", eval="copy", layer="1")
+    at = page("editor", plan="4.4.4.4_8.full.4.4", eval="copy", layer="1")
     assert fake_api.called("evaluate")[-1][1] == ("demo", [[4, 4, 4, 4], [8, None, 4, 4]])
     assert fake_api.called("evaluate")[-1][2]["eval_set"] == "copy"
-    assert url(at) == {"model": "demo", "plan": "4.4.4.4_8.f.4.4", "eval": "copy", "layer": "1"}
+    assert url(at) == {"model": "demo", "plan": "4.4.4.4_8.full.4.4", "eval": "copy", "layer": "1"}
     assert at.selectbox(key="editor.layer").value == 1
 
 
@@ -174,14 +174,14 @@ def test_editor_shows_the_servers_refusal(fake_api):
 
 
 def test_save_view_posts_the_page_state(fake_api):
-    at = page("editor", plan="4.4.4.4_8.f.4.4")
+    at = page("editor", plan="4.4.4.4_8.full.4.4")
     assert not at.code  # the share bar is built only while open
     open_expander(at, "editor._share")
     at.text_input(key="editor._viewname").input("all 4 in L0").run()
     at.button(key="editor._saveview").click().run()
     (_, args, _), = fake_api.called("create_view")
-    assert args == ("all 4 in L0", "editor", {"model": "demo", "plan": "4.4.4.4_8.f.4.4"})
-    assert "http://127.0.0.1:8501/?model=demo&plan=4.4.4.4_8.f.4.4" in [c.value for c in at.code]
+    assert args == ("all 4 in L0", "editor", {"model": "demo", "plan": "4.4.4.4_8.full.4.4"})
+    assert "http://127.0.0.1:8501/?model=demo&plan=4.4.4.4_8.full.4.4" in [c.value for c in at.code]
 
 
 def test_attention_url_state_drives_the_request_and_round_trips(fake_api):
@@ -256,7 +256,7 @@ def test_a_bad_link_keeps_what_is_valid_and_says_what_was_ignored(fake_api):
     assert "layer=abc (not an integer)" in warning and "foo=1" in warning
     at = page("acr", run="99999")
     assert any("run=99999 (no such run; showing run #1)" in w.value for w in at.warning)
-    at = page("editor", plan="0.4.4.4_8.f.4.4")
+    at = page("editor", plan="0.4.4.4_8.full.4.4")
     (warning,) = [w.value for w in at.warning if "Ignored from the link" in w.value]
     windows = fake_api.called("evaluate")[-1][1][1]
     assert "L0H0='0'" in warning and windows == [[OWN[0][0], 4, 4, 4], [8, None, 4, 4]]
@@ -272,7 +272,7 @@ def test_compare_keeps_models_apart_by_default(fake_api):
 
 
 def test_present_steps_through_saved_views(fake_api):
-    fake_api.create_view("edit", "editor", {"plan": "4.4.4.4_8.f.4.4"})
+    fake_api.create_view("edit", "editor", {"plan": "4.4.4.4_8.full.4.4"})
     fake_api.create_view("head", "attention", {"layer": "1", "head": "3"})
     at = page("present")
     assert at.header[0].value == "edit" and fake_api.called("evaluate")
@@ -420,6 +420,6 @@ def test_editor_serving_table_shows_every_grain_and_loads_a_rounded_plan(fake_ap
     at.button(key=next(b.key for b in at.button if b.key.startswith("editor._load.layer.up."))).click().run()
     assert fake_api.called("evaluate")[-1][1] == ("demo", expected["windows"])
     assert expected["windows"] == [[None] * 4, [None] * 4]  # OWN has a full head in each layer
-    assert url(at)["plan"] == "f.f.f.f_f.f.f.f"
+    assert url(at)["plan"] == "full.full.full.full_full.full.full.full"
     at.button(key="editor._undo").click().run()  # loading was one undoable edit
     assert "plan" not in url(at)

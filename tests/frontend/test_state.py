@@ -9,8 +9,9 @@ PLAN = [[4, 8, None, 16], [8, None, 4, 4]]
 
 def test_plan_text_round_trip():
     text = plans.encode_plan(PLAN)
-    assert text == "4.8.f.16_8.f.4.4"
+    assert text == "4.8.full.16_8.full.4.4"
     assert plans.decode_plan(text, 2, 4) == PLAN
+    assert plans.decode_plan("4.8.f.16_8.f.4.4", 2, 4) == PLAN  # a link made before "full" still opens
 
 
 @pytest.mark.parametrize("bad", ["", "4.x_8", "4.0_8.8", "4.8_8", "4.-1"])
