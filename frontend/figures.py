@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from frontend.plans import FULL, Plan, Window, window_label
+from frontend.plans import FULL, Plan, Window, parse_window, window_label, window_order
 
 DIFF_SCALE = "RdBu"
 GRID_SCALE = "Viridis"
@@ -285,14 +285,10 @@ def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float |
     return layout(fig, title, height=360)
 
 
-def _bucket_sort_key(label: str) -> float:
-    return math.inf if label == FULL else float(label)
-
-
 def window_fraction_figure(series: dict[str, tuple[Sequence[int], Sequence[float | None]]]) -> go.Figure:
     """Stacked areas of the share of heads at each window over training (keys `window_frac/<bucket>`)."""
     fig = go.Figure()
-    for label in sorted(series, key=_bucket_sort_key):
+    for label in sorted(series, key=lambda label: window_order(parse_window(label))):
         steps, values = series[label]
         fig.add_trace(go.Scatter(x=list(steps), y=list(values), mode="lines", stackgroup="frac",
                                  name=f"window {label}", line=dict(width=0.5)))

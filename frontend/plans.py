@@ -4,7 +4,6 @@ editor. Pure: no Streamlit, no HTTP, no torch."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 Window = int | None
@@ -110,6 +109,11 @@ def set_head(plan: Plan, head: int, w: Window) -> Plan:
     return out
 
 
+def window_order(w: Window) -> tuple[bool, int]:
+    """A sort key: narrow to wide, full (None) last."""
+    return (w is None, 0 if w is None else int(w))
+
+
 def uniform(n_layer: int, n_head: int, w: Window) -> Plan:
     return [[w] * n_head for _ in range(n_layer)]
 
@@ -119,7 +123,8 @@ def k_full_per_layer(plan: Plan, k: int, w: Window) -> Plan:
     the widest current windows (ties broken by head index), so the edit respects the current plan."""
     out = []
     for row in plan:
-        order = sorted(range(len(row)), key=lambda h: (-(math.inf if row[h] is None else row[h]), h))
+        widest_first = sorted(row, key=window_order, reverse=True)
+        order = sorted(range(len(row)), key=lambda h: (widest_first.index(row[h]), h))
         keep = set(order[: max(0, k)])
         out.append([None if h in keep else w for h in range(len(row))])
     return out
@@ -136,7 +141,7 @@ def apply_table_edits(plan: Plan, edited_rows: Mapping[Any, Mapping[str, Any]]) 
 
 def suggest_window(buckets: list[Window], mass: list[float], tau: float) -> Window:
     """The smallest bucket whose retained attention mass is >= tau (full if none reaches it)."""
-    order = sorted(range(len(buckets)), key=lambda k: math.inf if buckets[k] is None else buckets[k])
+    order = sorted(range(len(buckets)), key=lambda k: window_order(buckets[k]))
     for k in order:
         if mass[k] is not None and mass[k] >= tau:
             return buckets[k]
