@@ -38,6 +38,10 @@ COPY requirements.txt ./
 # instead of pulling the multi-GB CUDA build from PyPI.
 RUN pip install --index-url "${TORCH_INDEX_URL}" torch==2.13.0 \
     && pip install -r requirements.txt
+# Optional extra packages, e.g. EXTRAS="ray[default]==2.60.0" for the ray target and the compose `ray` head.
+ARG EXTRAS=""
+# hadolint ignore=DL3013
+RUN if [ -n "${EXTRAS}" ]; then pip install ${EXTRAS}; fi
 COPY pyproject.toml README.md ./
 COPY aah_core ./aah_core
 COPY backend ./backend

@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export AAH_API_PORT ?= 8000
 export AAH_UI_PORT ?= 8501
 
-.PHONY: setup browser postgres lint pytest test bench demo demo-model clean
+.PHONY: setup browser postgres slurm lint pytest test bench demo demo-model clean
 
 setup: $(STAMP)
 
@@ -39,6 +39,14 @@ postgres:
 	    || echo "warning: could not install postgresql; PostgreSQL store tests will be skipped"; \
 	  else echo "warning: not root, postgresql not installed; PostgreSQL store tests will be skipped"; fi; fi
 
+# Debian's Slurm, slurmrestd and munge for the cluster-target tests (tests/clusters/ starts munged, slurmctld,
+# slurmd and slurmrestd from a generated slurm.conf; never the packaged services). Needs root; skipped otherwise.
+slurm:
+	@if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1 || ! command -v slurmrestd >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm slurmrestd munge >/dev/null) \
+	    || echo "warning: could not install slurm-wlm and munge; Slurm target tests will be skipped"; \
+	  else echo "warning: not root, slurm-wlm not installed; Slurm target tests will be skipped"; fi; fi
+
 # Lint first: ruff (pyflakes, pycodestyle, isort, bugbear, no print in library code), then mypy on the
 # engine, the client, tracking and the service (pyproject.toml says which rules and files); an error in
 # either fails `make test`.
@@ -52,7 +60,7 @@ PYTEST_ARGS ?=
 pytest: setup
 	$(PY) -m pytest -q -x --durations=15 $(PYTEST_ARGS)
 
-test: setup browser postgres lint
+test: setup browser postgres slurm lint
 	$(MAKE) --no-print-directory pytest
 
 bench: setup

@@ -369,12 +369,25 @@ class ApiClient:
         overrides: dict[str, Any] | None = None,
         name: str | None = None,
         experiment: str | None = None,
+        target: str = "local",
+        resources: dict[str, Any] | None = None,
     ) -> Json:
-        body = {"preset": preset, "overrides": overrides or {}, "name": name, "experiment": experiment}
+        """Start a job on ``target`` (local, ray, slurm: see ``targets``) asking for ``resources``
+        (gpus, cpus, memory_gb, nodes, time_limit_min)."""
+        body = {"preset": preset, "overrides": overrides or {}, "name": name, "experiment": experiment,
+                "target": target, "resources": resources or {}}
         return self._post("/runs", body)
 
     def cancel_run(self, run_id: int) -> Json:
         return self._post(f"/runs/{run_id}/cancel", None)
+
+    def targets(self) -> list[Json]:
+        """Where jobs may run: name, kind, available, detail (free CPUs/GPUs, or why unavailable)."""
+        return self._get("/targets")
+
+    def run_logs(self, run_id: int, tail: int = 100) -> Json:
+        """The last ``tail`` lines of a job's output (``lines``), wherever it runs."""
+        return self._get(f"/runs/{run_id}/logs", tail=tail)
 
     def compare_runs(
         self, run_ids: list[int], keys: list[str] | None = None, agg: Agg = "last", step: int | None = None

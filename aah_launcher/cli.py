@@ -1,5 +1,5 @@
-"""The installed `aah` command: the engine's commands (aah_core.cli), `aah serve` and `aah models` from here,
-and tracking (`train --tracking-uri`, `aah sync`, `aah import`) from aah_tracking."""
+"""The installed `aah` command: the engine's commands (aah_core.cli), `aah serve`, `aah models` and `aah submit`
+(aah_launcher.submit) from here, and tracking (`train --tracking-uri`, `aah sync`, `aah import`) from aah_tracking."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from aah_core import cli as core_cli
+from aah_launcher.submit import add_submit
 from aah_tracking.cli import add_sync_and_import, add_train_tracking
 
 
@@ -68,7 +69,7 @@ def add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def main(argv: list[str] | None = None) -> int:
-    return core_cli.main(argv, extra=(add_serve, add_models, add_train_tracking, add_sync_and_import))
+    return core_cli.main(argv, extra=(add_serve, add_models, add_submit, add_train_tracking, add_sync_and_import))
 
 
 if __name__ == "__main__":

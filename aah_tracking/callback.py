@@ -74,10 +74,12 @@ class TrackingCallback(Callback):
                  experiment: str = "tracked", group: str | None = None, tags: list[str] | None = None,
                  source: str = "tracked",
                  upload: bool = True, flush_steps: int = 50, flush_s: float = 2.0, reconnect_s: float = 10.0,
-                 final_timeout_s: float = 300.0, say: Callable[[str], None] = _say) -> None:
+                 final_timeout_s: float = 300.0, say: Callable[[str], None] = _say,
+                 attach: tuple[int, str] | None = None) -> None:
         self.transport, self.spool, self.config = transport, spool, config
         self.run_key = f"run-{uuid.uuid4().hex}"
         self.write_secret = secrets.token_urlsafe(32)  # every write to the run carries it (kept in the spool)
+        self.attach = attach  # (run id, write secret) of a run the server made for this job, else None
         self.identity = {"name": name, "experiment": experiment, "group": group, "tags": tags or [], "source": source}
         self.upload, self.flush_steps, self.flush_s = upload, flush_steps, flush_s
         self.reconnect_s, self.final_timeout_s, self.say = reconnect_s, final_timeout_s, say
@@ -98,13 +100,21 @@ class TrackingCallback(Callback):
     # -- the training thread ----------------------------------------------------------------
 
     def on_start(self, info: dict[str, Any]) -> None:
-        self._create = {"op": "create", "run_key": self.run_key, "body": {
+        if self.attach is not None:
+            run_id, self.write_secret = self.attach
+            self._create = {"op": "attach", "run_key": self.run_key, "run_id": run_id,
+                            "write_secret": self.write_secret}
+        else:
+            self._create = self._create_op(info)
+        self._thread = threading.Thread(target=self._run, name="aah-tracking", daemon=True)
+        self._thread.start()
+
+    def _create_op(self, info: dict[str, Any]) -> Op:
+        return {"op": "create", "run_key": self.run_key, "body": {
             "run_key": self.run_key, "write_secret": self.write_secret, **self.identity,
             "preset": self.config.preset, "config": self.config.to_dict(),
             "data_hash": info.get("data_hash"), "git_rev": info.get("git_rev"), "seed": self.config.train.seed,
             "total_steps": info.get("total_steps"), "start_step": info.get("start_step", 0)}}
-        self._thread = threading.Thread(target=self._run, name="aah-tracking", daemon=True)
-        self._thread.start()
 
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
         now = time.time()

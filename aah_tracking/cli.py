@@ -15,6 +15,7 @@ from aah_core.config import RunConfig
 from aah_core.train import Callback
 
 DEFAULT_URI = "http://127.0.0.1:8000"
+RUN_ENV, SECRET_ENV = "AAH_TRACKING_RUN_ID", "AAH_TRACKING_SECRET"  # set by the server for the jobs it submits
 
 
 def _uri(args: argparse.Namespace) -> str | None:
@@ -43,9 +44,14 @@ def tracking_callback(args: argparse.Namespace, config: RunConfig, out: Path) ->
         spool.rename(kept)
         print(f"aah tracking: an earlier run's unsent spool was moved to {kept} (send it with `aah sync {kept}`)",
               file=sys.stderr)
-    return TrackingCallback(Transport(uri, _token(args)), Spool(spool), config, name=args.run_name or out.name,
+    # a job the server submitted to a cluster reports to the run made for it, with that run's write secret
+    # (never the API token); both come in the environment
+    run_id, secret = os.environ.get(RUN_ENV), os.environ.get(SECRET_ENV)
+    attach = (int(run_id), secret) if run_id and secret else None
+    transport = Transport(uri, None if attach else _token(args))
+    return TrackingCallback(transport, Spool(spool), config, name=args.run_name or out.name,
                             experiment=args.experiment, group=args.group, tags=args.tag, upload=not args.no_upload,
-                            flush_s=args.tracking_flush_s, reconnect_s=args.tracking_reconnect_s)
+                            flush_s=args.tracking_flush_s, reconnect_s=args.tracking_reconnect_s, attach=attach)
 
 
 def _add_server_args(p: argparse._ActionsContainer, uri_help: str) -> None:

@@ -8,7 +8,9 @@ idempotent on the server, so sending one again (a retry, a replayed spool) is al
 A create operation carries the run's write secret (``body.write_secret``, chosen by the client), so a
 spool or a retried create holds what every later write needs: the secret goes with each of them in the
 ``X-AAH-Run-Secret`` header. A create without one (a spool of an older client) takes the secret the server
-answers; if the run exists already, its writes cannot be made and Refused says so.
+answers; if the run exists already, its writes cannot be made and Refused says so. A job the server submitted
+to a cluster reports to the run the server made for it: ``{"op": "attach", "run_key", "run_id", "write_secret"}``
+stands in for create (the server handed the job both, in its environment).
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ class Transport:
     def send(self, op: Op) -> dict[str, Any]:
         """Send one operation; raises Unreachable (try later) or Refused (will not be taken as it is)."""
         key = op["run_key"]
+        if op["op"] == "attach":
+            self.run_ids[key], self.secrets[key] = int(op["run_id"]), op["write_secret"]
+            return {"run": {"id": self.run_ids[key]}, "created": False}
         if op["op"] == "create":
             answer = self._request("POST", PREFIX, json=op["body"])
             secret = op["body"].get("write_secret") or answer.get("write_secret")

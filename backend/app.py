@@ -21,7 +21,7 @@ from backend.api.deps import require_token
 from backend.api.errors import install_error_handlers
 from backend.api.middleware import BodySizeLimit, HostCheck, OriginCheck
 from backend.api.openapi import install_openapi
-from backend.routers import groups, health, models, presets, runs, tracking, views, windows
+from backend.routers import groups, health, models, presets, runs, targets, tracking, views, windows
 from backend.seed.demo import seed_demo
 from backend.seed.first_start import first_start_lock
 from backend.seed.paper import seed_paper_reference
@@ -30,6 +30,8 @@ from backend.services.cache import LruCache
 from backend.services.executor import BoundedExecutor
 from backend.services.jobs import JobManager
 from backend.services.registry import Registry
+from backend.services.target_jobs import TargetJobs
+from backend.services.targets import build_targets
 from backend.settings import Settings
 from backend.store import migrate
 from backend.store.db import make_engine, make_session_factory, transaction
@@ -76,6 +78,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sessions = make_session_factory(engine)
         app.state.jobs = JobManager(settings, sessions)
         app.state.jobs.start_reconciling()  # runs a previous server left active, and their stray workers
+        app.state.target_jobs = TargetJobs(settings, sessions, app.state.jobs, build_targets(settings))
+        app.state.target_jobs.start_polling()  # re-attach to the jobs on cluster targets (they kept running)
         if settings.seed_paper:
             with transaction(sessions) as s:
                 seed_paper_reference(s)
@@ -105,6 +109,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         with serving_gc():
             yield
     finally:
+        app.state.target_jobs.shutdown()
         app.state.jobs.shutdown()
         app.state.heavy.shutdown()
         app.state.reads.shutdown()
@@ -128,8 +133,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_openapi(app)
     # groups before runs: /runs/groups would otherwise reach /runs/{run_id}
-    for router in (health.router, models.router, presets.router, groups.router, runs.router, tracking.router,
-                   views.router, windows.router):
+    for router in (health.router, models.router, presets.router, targets.router, groups.router, runs.router,
+                   tracking.router, views.router, windows.router):
         app.include_router(router, prefix=API_PREFIX)
     app.add_middleware(CORSMiddleware, allow_origins=settings.ui_origins, allow_credentials=False,
                        allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"], allow_headers=["Authorization", "Content-Type"])

@@ -50,7 +50,30 @@ class Settings(BaseSettings):
         "http://127.0.0.1:8501,http://localhost:8501",
         description="Comma-separated browser origins allowed by CORS (the dashboard).",
     )
-    max_jobs: int = Field(2, ge=0, le=64, description="Training jobs allowed to run at once.")
+    max_jobs: int = Field(2, ge=0, le=64, description="Training jobs allowed to run at once on the local target.")
+    # ---- targets other than local (services/targets.py); each is enabled by its first setting ----
+    ray_address: str | None = Field(None, description="The Ray job server's URL (e.g. http://head:8265): "
+                                    "enables the `ray` target (Ray Jobs).")
+    slurm_partition: str | None = Field(None, description="The Slurm partition jobs go to: enables the `slurm` "
+                                        "target (sbatch/squeue/scontrol/scancel on this machine).")
+    slurm_account: str | None = Field(None, description="Slurm account charged for the jobs (sbatch --account).")
+    slurm_extra: str = Field("", description="Further sbatch options, as a shell would split them "
+                             "(e.g. '--qos=normal --constraint=a100').")
+    slurmrestd_url: str | None = Field(None, description="slurmrestd's URL (http(s)://host:6820, or "
+                                       "unix:/path/of/its.sock): the slurm target talks to it instead of running "
+                                       "the Slurm commands here.")
+    slurmrestd_token: SecretStr | None = Field(None, description="JWT for slurmrestd over HTTP (X-SLURM-USER-TOKEN).")
+    slurmrestd_user: str | None = Field(None, description="The Slurm user the JWT is for (X-SLURM-USER-NAME).")
+    max_jobs_ray: int = Field(8, ge=0, le=10_000, description="Jobs of the ray target active at once (queued "
+                              "or running); more are refused with 503.")
+    max_jobs_slurm: int = Field(8, ge=0, le=10_000, description="Jobs of the slurm target active at once.")
+    job_command: str = Field("aah", description="How a cluster node runs the aah command (split as a shell "
+                             "would), e.g. '/opt/aah/.venv/bin/aah'.")
+    public_url: str | None = Field(None, description="The URL at which cluster jobs reach this server to report "
+                                   "(their --tracking-uri). Default: http://127.0.0.1:$AAH_API_PORT.")
+    api_port: int = Field(8000, ge=1, le=65535, description="The port the API listens on (aah serve).")
+    cluster_poll_s: float = Field(2.0, gt=0, le=3600, description="Seconds between two reads of the cluster "
+                                  "engines' job states.")
     max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest accepted request body.")
     max_upload_bytes: int = Field(1 << 30, ge=1024, description="Largest checkpoint file a tracked run may "
                                   "upload (PUT /tracking/runs/{id}/checkpoint/{file}).")
@@ -149,6 +172,15 @@ class Settings(BaseSettings):
         journals, and the logs folder `aah serve` writes."""
         db = self.db_path
         return [db.with_name(db.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")] + [self.data_dir / "logs"]
+
+    def max_jobs_of(self, target: str) -> int:
+        """The cap of active jobs of a target (AAH_MAX_JOBS for local, AAH_MAX_JOBS_<TARGET> otherwise)."""
+        return self.max_jobs if target == "local" else getattr(self, f"max_jobs_{target}")
+
+    @property
+    def tracking_url(self) -> str:
+        """Where a cluster job reports back to: AAH_PUBLIC_URL, else this machine's API port."""
+        return (self.public_url or f"http://127.0.0.1:{self.api_port}").rstrip("/")
 
     def token(self) -> str | None:
         """The API token, or None when mutating endpoints are open."""

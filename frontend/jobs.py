@@ -1,6 +1,8 @@
 """Live job status for pages that show runs: a snapshot of the active jobs taken when the page draws,
-and a polling fragment that shows their progress and reruns the whole page once any job's status
-changes (a job ends, starts or appears), so tables and run pickers never keep a stale status."""
+and a polling fragment that shows their progress (with where each runs, the engine's job id, why a
+queued one waits, and the tail of its log) and reruns the whole page once any job's status changes (a
+job ends, starts or appears), so tables and run pickers never keep a stale status; and the target
+picker with the resources of the launch form."""
 
 from __future__ import annotations
 
@@ -10,7 +12,11 @@ import streamlit as st
 
 from frontend import api
 
-ACTIVE = ("SCHEDULED", "RUNNING")
+ACTIVE = ("SCHEDULED", "PENDING", "RUNNING")
+LOG_LINES = 20
+# resources a job can ask for: (field, label, step); 0 means "not asked" (the target's default)
+RESOURCES = (("gpus", "GPUs", 1), ("cpus", "CPUs", 1), ("memory_gb", "Memory (GB)", 1), ("nodes", "Nodes", 1),
+             ("time_limit_min", "Time limit (min)", 10))
 ENDED_KEY = "jobs._ended"  # {run id: line} of jobs seen ending while this session watched
 
 
@@ -33,7 +39,37 @@ def progress_text(run: Mapping) -> tuple[float, str]:
     step = int(prog.get("step") or 0)
     frac = min(step / total, 1.0) if total > 0 else 0.0
     steps = f"step {step}/{total}" if total > 0 else f"step {step}"
-    return frac, f"#{run['id']} {run['name']}: {run['status']}, {steps}"
+    where = ""
+    if (run.get("target") or "local") != "local":
+        where = f" on {run['target']} job {run.get('engine_job_id') or '(not submitted)'}"
+    text = f"#{run['id']} {run['name']}{where}: {run['status']}, {steps}"
+    if run.get("status") == "PENDING" and run.get("pending_reason"):
+        text += f" ({run['pending_reason']})"
+    return frac, text
+
+
+def resources_body(values: Mapping[str, float]) -> dict[str, int | float]:
+    """The API's `resources` from the form's numbers: the fields given (> 0), nodes only beyond one."""
+    body: dict[str, int | float] = {}
+    for field, value in values.items():
+        if value and not (field == "nodes" and value == 1):
+            body[field] = float(value) if field == "memory_gb" else int(value)
+    return body
+
+
+def target_inputs(targets: Sequence[Mapping]) -> tuple[str, dict[str, int | float]]:
+    """A target picker (with each target's free resources or why it is unavailable) and the resources."""
+    names = [t["name"] for t in targets] or ["local"]
+    info = {t["name"]: t for t in targets}
+    target = st.selectbox("Target", names, key="runs._target",
+                          format_func=lambda n: n if info.get(n, {}).get("available", True) else f"{n} (unavailable)")
+    if target in info:
+        st.caption(info[target]["detail"])
+    cols = st.columns(len(RESOURCES))
+    values = {field: col.number_input(label, min_value=0, value=1 if field == "nodes" else 0, step=step,
+                                      key=f"runs._res.{field}")
+              for col, (field, label, step) in zip(cols, RESOURCES)}
+    return target, resources_body(values)
 
 
 def ended_lines(before: Mapping[int, str], runs: Sequence[Mapping]) -> dict[int, str]:
@@ -49,10 +85,11 @@ def ended_lines(before: Mapping[int, str], runs: Sequence[Mapping]) -> dict[int,
 
 
 @st.fragment(run_every=1.0)
-def watch(baseline: dict[int, str], show: bool = True, cancel: bool = True) -> None:
-    """Poll the jobs every second. With `show`, draw each active job's progress (and a cancel button
-    with `cancel`) and the jobs that ended while this page was open. When the active jobs differ
-    from `baseline` (the snapshot the page drew with), rerun the whole page."""
+def watch(baseline: dict[int, str], show: bool = True, cancel: bool = True, show_logs: bool = True) -> None:
+    """Poll the jobs every second. With `show`, draw each active job's progress, where it runs and why it
+    waits (and a cancel button with `cancel`, the tail of its log with `show_logs`) and the jobs that ended
+    while this page was open. When the active jobs differ from `baseline` (the snapshot the page drew
+    with), rerun the whole page."""
     with api.guard("watching jobs"):
         runs = api.call("runs", limit=500)
         now = signature(runs)
@@ -75,6 +112,9 @@ def watch(baseline: dict[int, str], show: bool = True, cancel: bool = True) -> N
             if cancel and c3.button("Cancel", key=f"runs._cancel.{r['id']}"):
                 with st.spinner(f"Cancelling run #{r['id']}..."):
                     done = api.call("cancel_run", r["id"])
-                st.toast(f"Run #{r['id']}: {done['status']}")
+                st.toast(f"Run #{r['id']}: {done['status']}" + (f" ({done['error']})" if done.get("error") else ""))
+            if show_logs:
+                lines = api.call("run_logs", r["id"], tail=LOG_LINES)["lines"]
+                c1.code("\n".join(lines) or "(no output yet)", language=None)
         for line in list(ended.values())[-5:]:
             st.caption(f"Ended: {line}")

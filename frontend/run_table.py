@@ -66,7 +66,8 @@ def filter_runs(runs: list[dict], query: str = "", max_loss: float | None = None
     return out
 
 
-IDENTITY = ("source", "experiment", "group", "seed", "preset", "status", "tags", "description", "data_hash", "git_rev")
+IDENTITY = ("source", "experiment", "group", "seed", "preset", "status", "target", "engine_job_id", "engine_state",
+            "pending_reason", "error", "tags", "description", "data_hash", "git_rev")
 
 
 def identity_items(run: Mapping[str, Any]) -> list[tuple[str, str]]:

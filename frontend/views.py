@@ -268,7 +268,8 @@ def runs_frame(runs: list[dict], all_params: bool) -> pd.DataFrame:
     rows = []
     for r in runs:
         s, p, prog = r.get("summary") or {}, r.get("params") or {}, r.get("progress")
-        rows.append({"id": r["id"], "name": r["name"], "status": r["status"], "preset": r.get("preset"),
+        rows.append({"id": r["id"], "name": r["name"], "status": r["status"], "target": r.get("target", "local"),
+                     "engine job": r.get("engine_job_id") or "", "preset": r.get("preset"),
                      "experiment": r.get("experiment"), "source": r.get("source"), "group": r.get("group"),
                      "seed": r.get("seed"), "tags": ", ".join(r.get("tags") or []),
                      "progress": f"{prog['step']}/{prog['total_steps']}" if prog else "",

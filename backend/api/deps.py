@@ -7,6 +7,7 @@ thread pool. The others only read ``app.state`` and are ``async`` so that they c
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
@@ -15,14 +16,15 @@ from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
 from backend.schemas.errors import Unauthorized
+from backend.schemas.tracking import SECRET_HEADER
 from backend.services.cache import LruCache
 from backend.services.executor import BoundedExecutor
 from backend.settings import Settings
 from backend.store.db import transaction
 
 if TYPE_CHECKING:
-    from backend.services.jobs import JobManager
     from backend.services.registry import Registry
+    from backend.services.target_jobs import TargetJobs
 
 
 async def get_settings(request: Request) -> Settings:
@@ -39,11 +41,14 @@ async def get_registry(request: Request) -> Registry:
     return request.app.state.registry
 
 
-async def get_jobs(request: Request) -> JobManager:
-    return request.app.state.jobs
+async def get_target_jobs(request: Request) -> TargetJobs:
+    return request.app.state.target_jobs
 
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+# the tracking writes to one run: with the run's write secret they need no bearer token (a cluster job
+# started by this server has the secret and never the token; the tracking service checks the secret)
+TRACKING_WRITE = re.compile(r"^/api/v1/tracking/runs/\d+/(log|status|checkpoint)(/[^/]+)?$")
 
 
 async def get_metrics_cache(request: Request) -> LruCache:
@@ -67,6 +72,8 @@ async def require_token(request: Request) -> None:
     token = request.app.state.settings.token()
     if token is None or request.method in SAFE_METHODS:
         return
+    if request.headers.get(SECRET_HEADER) and TRACKING_WRITE.match(request.url.path):
+        return  # a write to a tracked run (a cluster job's: it has no token): the tracking service checks its secret
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not given.strip():
         raise Unauthorized("this endpoint needs 'Authorization: Bearer <AAH_API_TOKEN>'")
@@ -77,7 +84,7 @@ async def require_token(request: Request) -> None:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 RegistryDep = Annotated["Registry", Depends(get_registry)]
-JobsDep = Annotated["JobManager", Depends(get_jobs)]
+TargetJobsDep = Annotated["TargetJobs", Depends(get_target_jobs)]
 MetricsCacheDep = Annotated[LruCache, Depends(get_metrics_cache)]
 HeavyDep = Annotated[BoundedExecutor, Depends(get_heavy)]
 ReadsDep = Annotated[BoundedExecutor, Depends(get_reads)]

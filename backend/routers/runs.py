@@ -11,12 +11,13 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.api.deps import JobsDep, MetricsCacheDep, ReadsDep, SessionDep
+from backend.api.deps import MetricsCacheDep, ReadsDep, SessionDep, TargetJobsDep
 from backend.schemas.errors import InvalidInput
 from backend.schemas.runs import (
     CompareRequest,
     CompareResponse,
     CompareRow,
+    LogsResponse,
     MetricsResponse,
     RunCreate,
     RunPublic,
@@ -146,8 +147,10 @@ def read_run_windows(session: SessionDep, run_id: RunId, step: Step = None) -> R
 
 
 @router.post("", status_code=202)
-def create_run(body: RunCreate, jobs: JobsDep) -> RunPublic:
-    """Start a training job from a preset (+ overrides) in a worker process; returns the new run."""
+def create_run(body: RunCreate, jobs: TargetJobsDep) -> RunPublic:
+    """Start a training job from a preset (+ overrides) on a target (default local: a worker process of
+    this server; ray, slurm: a job of that engine); returns the new run. 503 names a target that cannot be
+    reached or is at its cap."""
     return jobs.start(body)
 
 
@@ -180,6 +183,14 @@ async def compare_runs(request: Request, body: CompareRequest, reads: ReadsDep) 
 
 
 @router.post("/{run_id}/cancel")
-def cancel_run(run_id: RunId, jobs: JobsDep) -> RunPublic:
-    """Stop a scheduled or running job; the run ends KILLED. 409 if it already ended."""
+def cancel_run(run_id: RunId, jobs: TargetJobsDep) -> RunPublic:
+    """Stop a scheduled, pending or running job; the run ends KILLED (`engine_state` says whether the
+    cluster engine has ended the job too). 409 if it already ended."""
     return jobs.cancel(run_id)
+
+
+@router.get("/{run_id}/logs")
+def read_run_logs(run_id: RunId, jobs: TargetJobsDep,
+                  tail: Annotated[int, Query(ge=1, le=10_000)] = 100) -> LogsResponse:
+    """The last `tail` lines of the job's output (the worker's log, or the cluster engine's)."""
+    return jobs.logs(run_id, tail)

@@ -10,7 +10,7 @@ from pydantic import Field, StrictInt, field_validator
 
 from backend.schemas.base import DbId, DbStep, Plan, Request, Response
 
-RunStatus = Literal["SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"]
+RunStatus = Literal["SCHEDULED", "PENDING", "RUNNING", "FINISHED", "FAILED", "KILLED"]
 RunSource = Literal["job", "tracked", "imported", "suite", "paper"]
 
 
@@ -42,6 +42,11 @@ class RunPublic(Response):
     description: str | None = None
     notes: str | None = None
     tags: list[str] = Field(default_factory=list)
+    target: str = Field("local", description="where the job runs: local, ray or slurm (docs/clusters.md)")
+    engine_job_id: str | None = Field(None, description="the cluster engine's id of the job")
+    engine_state: str | None = Field(None, description="what the engine last said of the job: PENDING, "
+                                     "RUNNING, FINISHED, FAILED, KILLED, or GONE (it no longer knows it)")
+    pending_reason: str | None = Field(None, description="while PENDING: why the engine has not started it")
 
 
 class MetricSeries(Response):
@@ -69,12 +74,40 @@ _OverrideInt = Annotated[StrictInt, Field(ge=-(2**62), le=2**62)]
 OverrideValue = _OverrideInt | float | bool | Annotated[str, Field(max_length=1000)] | None | list[_OverrideInt | None]
 
 
+class Resources(Request):
+    """What a job asks of its target; each target refuses (422 naming the field) what it cannot give."""
+
+    gpus: int = Field(0, ge=0, le=1024, description="GPUs per node (several: the job runs under torchrun)")
+    cpus: int | None = Field(None, ge=1, le=100_000, description="CPU cores per node")
+    memory_gb: float | None = Field(None, gt=0, le=1_000_000, description="memory per node, GB")
+    nodes: int = Field(1, ge=1, le=10_000, description="nodes (more than one: slurm only)")
+    time_limit_min: int | None = Field(None, ge=1, le=525_600, description="wall-clock limit, minutes (slurm)")
+
+
 class RunCreate(Request):
     preset: str = Field(min_length=1, max_length=100)
     overrides: dict[Annotated[str, Field(max_length=100)], OverrideValue] = Field(default_factory=dict,
                                                                                  max_length=100)
     name: str | None = Field(None, max_length=200)
     experiment: str | None = Field(None, max_length=200)
+    target: str = Field("local", min_length=1, max_length=32, description="where the job runs (GET /targets)")
+    resources: Resources = Field(default_factory=Resources)
+
+
+class TargetPublic(Response):
+    name: str
+    kind: str
+    available: bool
+    detail: str = Field(description="free CPUs/GPUs where the engine says, or why the target is unavailable")
+    free_cpus: float | None = None
+    free_gpus: float | None = None
+
+
+class LogsResponse(Response):
+    run_id: int
+    target: str
+    engine_job_id: str | None
+    lines: list[str]
 
 
 def check_tag(tag: str) -> str:

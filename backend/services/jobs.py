@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from aah_core.config import apply_overrides
+from aah_core.config import RunConfig, apply_overrides
 from aah_core.errors import AAHError
 from aah_core.paths import confine_data_paths
 from aah_core.presets import get_preset
@@ -36,6 +36,7 @@ from backend.services.worker_env import worker_env
 from backend.settings import Settings
 from backend.store import run_store
 from backend.store.db import transaction
+from backend.store.tables import ACTIVE_STATUSES
 
 logger = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -85,17 +86,8 @@ class JobManager:
                 logger.exception("reconciling runs with their workers failed")
 
     def start(self, body: RunCreate) -> RunPublic:
-        try:
-            config = apply_overrides(get_preset(body.preset), dict(body.overrides))
-            config = confine_data_paths(config, self.settings.path_roots, self.settings.private_paths)
-            check_fits(config)
-        except AAHError as exc:
-            raise InvalidInput(f"overrides: {exc}") from None
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise InvalidInput(f"overrides: {exc}") from None
-        experiment = body.experiment or DEFAULT_EXPERIMENT
-        with transaction(self.sessions) as s:  # a refusal for good (409) comes before one for now (503)
-            run_store.check_experiment_writable(s, experiment)
+        config = job_config(body, self.settings, fits_here=True)
+        experiment = job_experiment(self.sessions, body)
         with self._lock:
             # forget finished workers (their runs are in the store), so the table holds live jobs only
             self._jobs = {rid: job for rid, job in self._jobs.items() if not job.done.is_set()}
@@ -184,14 +176,14 @@ class JobManager:
             run = run_store.get_run(s, run_id)
             if run.read_only:
                 raise Conflict(f"run {run_id} is read-only (a reference experiment); it cannot be cancelled")
-            _check_active(run)
+            check_active(run)
         job = self._jobs.get(run_id)
         if job is not None and not job.done.is_set():
             self._stop(job, wait_s)
         else:  # not ours: a stray or dead worker is settled as what it is, never relabelled "cancelled"
             self.reconcile([run_id])
             with transaction(self.sessions) as s:
-                _check_active(run_store.get_run(s, run_id))  # another server's live job: it is not ours to stop
+                check_active(run_store.get_run(s, run_id))  # another server's live job: it is not ours to stop
             raise Conflict(f"run {run_id} belongs to another server's worker; cancel it there")
         with transaction(self.sessions) as s:
             run_store.end_run(s, run_id, "KILLED", lifecycle.CANCELLED)
@@ -225,9 +217,30 @@ class JobManager:
                 run_store.end_run(s, job.run_id, "KILLED", lifecycle.SERVICE_STOPPED)
 
 
-def _check_active(run: RunPublic) -> None:
-    if run.status not in ("SCHEDULED", "RUNNING"):
-        raise Conflict(f"run {run.id} already ended ({run.status}); only SCHEDULED or RUNNING runs can be cancelled")
+def job_config(body: RunCreate, settings: Settings, fits_here: bool) -> RunConfig:
+    """The job's validated config (422 naming the override); ``fits_here``: it must fit this machine too."""
+    try:
+        config = apply_overrides(get_preset(body.preset), dict(body.overrides))
+        config = confine_data_paths(config, settings.path_roots, settings.private_paths)
+        if fits_here:
+            check_fits(config)
+    except (AAHError, ValueError, TypeError, OverflowError) as exc:
+        raise InvalidInput(f"overrides: {exc}") from None
+    return config
+
+
+def job_experiment(sessions: sessionmaker[Session], body: RunCreate) -> str:
+    """The job's experiment; a read-only one is a 409 (a refusal for good comes before one for now, 503)."""
+    experiment = body.experiment or DEFAULT_EXPERIMENT
+    with transaction(sessions) as s:
+        run_store.check_experiment_writable(s, experiment)
+    return experiment
+
+
+def check_active(run: RunPublic) -> None:
+    if run.status not in ACTIVE_STATUSES:
+        raise Conflict(f"run {run.id} already ended ({run.status}); only SCHEDULED, PENDING or RUNNING runs can be "
+                       "cancelled")
 
 
 def _signal(process: subprocess.Popen, sig: signal.Signals) -> None:

@@ -94,11 +94,14 @@ def create_tracked_run(s: Session, body: TrackedRunCreate) -> TrackedRunPublic:
 
 
 def _tracked_run(s: Session, run_id: int, secret: str | None) -> Run:
-    """The run, when ``secret`` is its write secret (compared in constant time); 403 otherwise."""
+    """The run, when ``secret`` is its write secret (compared in constant time); 403 otherwise. A job this
+    server submitted to a cluster target writes to its own run like a tracked client (services/target_jobs.py
+    made the run and its secret); its first write says it runs."""
     run = s.get(Run, run_id)
     if run is None:
         raise NotFound(f"run {run_id} not found")
-    if run.read_only or run.source not in TRACKED_SOURCES or run.write_secret_hash is None:
+    cluster_job = run.source == "job" and run.target != "local"
+    if run.read_only or (run.source not in TRACKED_SOURCES and not cluster_job) or run.write_secret_hash is None:
         raise Forbidden(f"run {run_id} is read-only for tracking: only the client that created a run over "
                         "tracking may write to it (jobs, the demo, the shipped suite and the paper's runs take "
                         "no tracking writes; runs created before write secrets existed neither)")
@@ -107,6 +110,8 @@ def _tracked_run(s: Session, run_id: int, secret: str | None) -> Run:
                         "once, when the run was created)")
     if not hmac.compare_digest(secret_hash(secret), run.write_secret_hash):
         raise Forbidden(f"the {SECRET_HEADER} header does not hold run {run_id}'s write secret")
+    if cluster_job and run.status in ("SCHEDULED", "PENDING"):  # it reports: it runs (the engine's poll may lag)
+        run.status, run.pending_reason, run.started_at = "RUNNING", None, run.started_at or run_store.now_ms()
     return run
 
 

@@ -69,12 +69,12 @@ def create_run(s: Session, *, name: str, experiment: str, status: str = "SCHEDUL
                seq_len: int | None = None, total_steps: int | None = None, checkpoint: str | None = None,
                data_hash: str | None = None, git_rev: str | None = None, source: str = "job",
                group: str | None = None, seed: int | None = None, description: str | None = None,
-               client_key: str | None = None, tags: Sequence[str] = ()) -> int:
+               client_key: str | None = None, tags: Sequence[str] = (), target: str = "local") -> int:
     run = Run(name=name, experiment_id=ensure_experiment(s, experiment, read_only=read_only), status=status,
               preset=preset, config_json=None if config is None else json.dumps(config), read_only=read_only,
               seq_len=seq_len, total_steps=total_steps, checkpoint=checkpoint, data_hash=data_hash,
               git_rev=git_rev, created_at=now_ms(), source=source, group_name=group, seed=seed,
-              description=description, client_key=client_key)
+              description=description, client_key=client_key, target=target)
     s.add(run)
     s.flush()
     if params:
@@ -136,7 +136,8 @@ def runs_public(s: Session, run_ids: Sequence[int]) -> list[RunPublic]:
             started_at=iso(run.started_at), ended_at=iso(run.ended_at), progress=progress, error=run.error,
             read_only=run.read_only, checkpoint=run.checkpoint, data_hash=run.data_hash, git_rev=run.git_rev,
             source=run.source, group=run.group_name, seed=run.seed, description=run.description, notes=run.notes,
-            tags=tags[run_id],
+            tags=tags[run_id], target=run.target, engine_job_id=run.engine_job_id, engine_state=run.engine_state,
+            pending_reason=run.pending_reason,
         ))
     return out
 
@@ -165,7 +166,8 @@ def count_runs(s: Session) -> int:
 
 
 _MUTABLE = {"status", "checkpoint", "data_hash", "git_rev", "seq_len", "started_at", "ended_at",
-            "progress_step", "total_steps", "error", "pid", "config_json", "write_secret_hash"}
+            "progress_step", "total_steps", "error", "pid", "config_json", "engine_job_id", "engine_state",
+            "pending_reason", "write_secret_hash"}
 
 
 def update_run(s: Session, run_id: int, **fields: object) -> None:
@@ -184,7 +186,7 @@ def is_active(s: Session, run_id: int) -> bool:
 def end_run(s: Session, run_id: int, status: str, error: str | None = None) -> bool:
     """Move an active run to a final status; a run that already ended is left alone."""
     result = s.execute(update(Run).where(Run.id == run_id, Run.status.in_(ACTIVE_STATUSES))
-                       .values(status=status, error=error, ended_at=now_ms(), pid=None))
+                       .values(status=status, error=error, ended_at=now_ms(), pid=None, pending_reason=None))
     return cast(CursorResult, result).rowcount > 0  # an UPDATE's result is a cursor's (Session types it Result)
 
 
@@ -206,10 +208,45 @@ def delete_runs(s: Session, run_ids: Sequence[int]) -> None:
 
 
 def active_job_runs(s: Session) -> list[ActiveRun]:
-    """SCHEDULED/RUNNING runs of this service's training jobs (tracked runs have no worker here)."""
+    """SCHEDULED/RUNNING runs of this service's local training jobs (tracked runs and jobs on cluster
+    targets have no worker here)."""
     rows = s.execute(select(Run.id, Run.status, Run.pid, Run.created_at)
-                     .where(Run.status.in_(ACTIVE_STATUSES), Run.source == "job").order_by(Run.id))
+                     .where(Run.status.in_(ACTIVE_STATUSES), Run.source == "job", Run.target == "local")
+                     .order_by(Run.id))
     return [ActiveRun(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class EngineJob:
+    """A job run on a cluster target as the poller follows it."""
+
+    id: int
+    status: str
+    target: str
+    engine_job_id: str | None
+    engine_state: str | None
+    created_at: int
+    error: str | None
+
+
+def engine_jobs(s: Session) -> list[EngineJob]:
+    """Runs on cluster targets that are active, or ended here while their engine had not ended them yet
+    (a cancel the engine has not confirmed)."""
+    rows = s.execute(select(Run.id, Run.status, Run.target, Run.engine_job_id, Run.engine_state, Run.created_at,
+                            Run.error)
+                     .where(Run.target != "local", Run.source == "job",
+                            Run.status.in_(ACTIVE_STATUSES) | Run.engine_state.in_(("PENDING", "RUNNING")))
+                     .order_by(Run.id))
+    return [EngineJob(*row) for row in rows]
+
+
+def count_active_jobs(s: Session, target: str) -> int:
+    return s.scalar(select(func.count(Run.id)).where(Run.target == target, Run.source == "job",
+                                                     Run.status.in_(ACTIVE_STATUSES))) or 0
+
+
+def run_secret_hash(s: Session, run_id: int) -> str | None:
+    return _run_row(s, run_id).write_secret_hash
 
 
 # ---- params and metrics ------------------------------------------------------------------

@@ -24,8 +24,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-RUN_STATUSES = ("SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED")
-ACTIVE_STATUSES = ("SCHEDULED", "RUNNING")
+RUN_STATUSES = ("SCHEDULED", "PENDING", "RUNNING", "FINISHED", "FAILED", "KILLED")
+# PENDING: queued by a cluster engine (a job of a ray or slurm target), waiting for resources
+ACTIVE_STATUSES = ("SCHEDULED", "PENDING", "RUNNING")
 SPECIAL_VALUES = ("nan", "inf", "-inf")
 # where a run came from: a job of this service, a tracked process elsewhere, an imported run folder,
 # the reproduction suite, the paper's reported numbers
@@ -55,6 +56,7 @@ class Run(Base):
         Index("ix_runs_source", "source"),
         Index("ix_runs_group_name", "group_name"),
         Index("ux_runs_client_key", "client_key", unique=True),
+        Index("ix_runs_target_status", "target", "status"),
         {"sqlite_autoincrement": True},  # ids are in links and saved views: never reuse one
     )
 
@@ -82,6 +84,12 @@ class Run(Base):
     description: Mapped[str | None] = mapped_column(Text)
     notes: Mapped[str | None] = mapped_column(Text)
     client_key: Mapped[str | None] = mapped_column(String(128))  # makes tracked/imported creation idempotent
+    # jobs on targets (services/target_jobs.py): where the job runs, the engine's id of it, what the
+    # engine last said of it and why it waits
+    target: Mapped[str] = mapped_column(String(32), default="local", server_default="local")
+    engine_job_id: Mapped[str | None] = mapped_column(String(128))
+    engine_state: Mapped[str | None] = mapped_column(String(16))
+    pending_reason: Mapped[str | None] = mapped_column(String(1000))
     # SHA-256 (hex) of a tracked run's write secret; NULL: no client may write to the run over tracking
     write_secret_hash: Mapped[str | None] = mapped_column(String(64))
 

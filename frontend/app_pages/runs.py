@@ -5,7 +5,7 @@ import streamlit as st
 from frontend import api, components, groups, jobs, run_table, views
 
 PAGE = "runs"
-STATUSES = ["", "SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"]
+STATUSES = ["", "SCHEDULED", "PENDING", "RUNNING", "FINISHED", "FAILED", "KILLED"]
 st.title("Runs")
 state = components.bind_state(PAGE)
 
@@ -121,6 +121,8 @@ runs_table()
 
 with st.expander("Launch a training run", expanded=False), api.guard("launching the run"):
     presets = api.cached("presets")
+    # outside the form: picking a target shows at once what it has free (or why it is unavailable)
+    target, resources = jobs.target_inputs(api.call("targets"))
     with st.form("runs._launch"):
         names = [p["name"] for p in presets]
         desc = {p["name"]: f"{p['name']} [{p['group']}]: {p['description']}" for p in presets}
@@ -136,9 +138,9 @@ with st.expander("Launch a training run", expanded=False), api.guard("launching 
         except ValueError as exc:
             st.error(str(exc))
         else:
-            with st.spinner("Starting the training job..."):
+            with st.spinner(f"Starting the training job on {target}..."):
                 run = api.call("create_run", preset, overrides=overrides, name=name or None,
-                               experiment=experiment or None)
+                               experiment=experiment or None, target=target, resources=resources)
             # said on the redraw that lists the new run (the table and the jobs below read it afresh)
             st.session_state["runs._started"] = f"Started run #{run['id']} ({run['status']}); its progress shows below."
             st.rerun()

@@ -69,7 +69,8 @@ class FakeApi:
                 "created_at": "2026-01-01T00:00:00", "started_at": None, "ended_at": None,
                 "progress": {"step": 10, "total_steps": 50} if status == "RUNNING" else None,
                 "error": None, "read_only": read_only, "checkpoint": None, "data_hash": None, "git_rev": None,
-                "source": source, "group": group, "seed": seed, "description": None, "notes": None, "tags": []}
+                "source": source, "group": group, "seed": seed, "description": None, "notes": None, "tags": [],
+                "target": "local", "engine_job_id": None, "engine_state": None, "pending_reason": None}
 
     def _rec(self, _method, *args, **kwargs):
         self.calls.append((_method, args, kwargs))
@@ -266,11 +267,26 @@ class FakeApi:
         return {"run_id": run_id, "steps": [0, 10, 20, 30], "step": 30 if step is None else step, "seq_len": T,
                 "windows": copy.deepcopy(OWN)}
 
-    def create_run(self, preset, overrides=None, name=None, experiment=None):
-        self._rec("create_run", preset, overrides=overrides, name=name, experiment=experiment)
+    def create_run(self, preset, overrides=None, name=None, experiment=None, target="local", resources=None):
+        self._rec("create_run", preset, overrides=overrides, name=name, experiment=experiment, target=target,
+                  resources=resources)
         run = self._run(len(self.runs_store) + 1, name or preset, "SCHEDULED", {}, None, None)
+        run.update(target=target, engine_job_id=None if target == "local" else f"{target}-job-1")
         self.runs_store.append(run)
         return run
+
+    def targets(self):
+        self._rec("targets")
+        return [{"name": "local", "kind": "local", "available": True, "detail": "worker processes of this server",
+                 "free_cpus": None, "free_gpus": 0},
+                {"name": "ray", "kind": "ray", "available": True, "detail": "Ray: 4 of 4 CPUs free, 1 of 1 GPUs free",
+                 "free_cpus": 4.0, "free_gpus": 1.0}]
+
+    def run_logs(self, run_id, tail=100):
+        self._rec("run_logs", run_id, tail=tail)
+        run = self.run(run_id)
+        return {"run_id": run_id, "target": run.get("target", "local"), "engine_job_id": run.get("engine_job_id"),
+                "lines": [f"step {i}" for i in range(1, 4)][-tail:]}
 
     def cancel_run(self, run_id):
         self._rec("cancel_run", run_id)

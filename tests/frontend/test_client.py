@@ -62,7 +62,8 @@ def test_post_bodies_follow_the_contract():
     assert bodies[0] == ("POST", "/api/v1/models/demo/evaluate",
                          {"windows": [[4, None]], "eval_set": "copy", "per_token": True})
     assert bodies[1][2] == {"budget": 0.5, "metric": "causal_coverage", "eval_set": "mixed"}
-    assert bodies[2][2] == {"preset": "demo", "overrides": {"train.max_steps": 50}, "name": None, "experiment": None}
+    assert bodies[2][2] == {"preset": "demo", "overrides": {"train.max_steps": 50}, "name": None, "experiment": None,
+                            "target": "local", "resources": {}}
     assert bodies[3][2] == {"run_ids": [1, 2], "keys": None, "agg": "at_step", "step": 100}
     assert bodies[4] == ("POST", "/api/v1/windows/diff", {"a": {"run_id": 1, "step": None}, "b": {"model_id": "demo"}})
     assert bodies[5][2] == {"name": "v", "page": "editor", "state": {"plan": "4.full"}}

@@ -22,3 +22,17 @@ def test_progress_text_and_the_lines_of_ended_jobs():
         0.0, "#8 x: SCHEDULED, step 0")
     lines = jobs.ended_lines({7: "RUNNING", 9: "RUNNING"}, [_run(7, "FINISHED", 50), _run(9, "RUNNING", 3)])
     assert list(lines) == [7] and lines[7].startswith("#7 r7: FINISHED, step 50/50")
+
+
+def test_a_cluster_job_says_where_it_runs_and_why_it_waits():
+    run = {**_run(5, "PENDING", 0, 30), "target": "slurm", "engine_job_id": "42",
+           "pending_reason": "ReqNodeNotAvail, May be reserved for other job"}
+    assert jobs.progress_text(run) == (
+        0.0, "#5 r5 on slurm job 42: PENDING, step 0/30 (ReqNodeNotAvail, May be reserved for other job)")
+    assert jobs.signature([run]) == {5: "PENDING"}  # a queued job is active: its start redraws the page
+
+
+def test_resources_body_keeps_what_was_asked():
+    assert jobs.resources_body({"gpus": 0, "cpus": 0, "memory_gb": 0, "nodes": 1, "time_limit_min": 0}) == {}
+    assert jobs.resources_body({"gpus": 2, "cpus": 8, "memory_gb": 1.5, "nodes": 2, "time_limit_min": 60}) == {
+        "gpus": 2, "cpus": 8, "memory_gb": 1.5, "nodes": 2, "time_limit_min": 60}

@@ -210,9 +210,22 @@ def test_runs_filters_launch_and_cancel(fake_api):
     at.button[[b.key for b in at.button].index("FormSubmitter:runs._launch-Launch")].click().run()
     (_, args, kwargs), = fake_api.called("create_run")
     assert args == ("demo",) and kwargs["overrides"] == {"train.max_steps": 20, "model.n_layer": 2}
-    assert kwargs["name"] == "smoke"
+    assert kwargs["name"] == "smoke" and kwargs["target"] == "local" and kwargs["resources"] == {}
     at.button(key="runs._cancel.2").click().run()
     assert fake_api.called("cancel_run")[0][1] == (2,)
+    assert fake_api.called("run_logs")[0][1] == (2,)  # the running job's log tail is shown
+
+
+def test_runs_launches_on_a_cluster_target_with_resources(fake_api):
+    at = page("runs")
+    assert [o for o in at.selectbox(key="runs._target").options] == ["local", "ray"]
+    at.selectbox(key="runs._target").select("ray").run()
+    assert any("1 of 1 GPUs free" in c.value for c in at.caption)  # what the target has free
+    at.number_input(key="runs._res.gpus").set_value(1)
+    at.number_input(key="runs._res.memory_gb").set_value(8)
+    at.button[[b.key for b in at.button].index("FormSubmitter:runs._launch-Launch")].click().run()
+    (_, _, kwargs), = fake_api.called("create_run")
+    assert kwargs["target"] == "ray" and kwargs["resources"] == {"gpus": 1, "memory_gb": 8.0}
 
 
 def test_runs_rejects_bad_overrides_without_calling_the_api(fake_api):

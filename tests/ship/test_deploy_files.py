@@ -157,11 +157,11 @@ def _healthcheck_url(service: dict) -> tuple[str, str]:
 
 def test_compose_has_api_and_ui_from_one_image(compose) -> None:
     services = compose["services"]
-    assert set(services) == {"api", "ui", "postgres"}
-    assert services["api"]["image"] == services["ui"]["image"]
-    assert services["api"]["build"] == services["ui"]["build"]
+    assert set(services) == {"api", "ui", "postgres", "ray"}
+    assert services["api"]["image"] == services["ui"]["image"] == services["ray"]["image"]
+    assert services["api"]["build"] == services["ui"]["build"] == services["ray"]["build"]
     assert services["api"]["build"]["context"] == "."
-    assert set(services["api"]["build"]["args"]) <= {"BASE_IMAGE", "TORCH_INDEX_URL"}
+    assert set(services["api"]["build"]["args"]) <= {"BASE_IMAGE", "TORCH_INDEX_URL", "EXTRAS"}
 
 
 def test_compose_api_matches_the_dockerfile_and_the_code(compose, docker, app_paths) -> None:
@@ -218,6 +218,19 @@ def test_compose_postgres_is_an_optional_profile(compose) -> None:
     user, db = pg["environment"]["POSTGRES_USER"], pg["environment"]["POSTGRES_DB"]
     assert documented == f"postgresql+psycopg://{user}:$AAH_PG_PASSWORD@postgres:{pg['expose'][0]}/{db}"
     assert pg["volumes"][0].split(":")[0] in compose["volumes"]
+
+
+def test_compose_ray_is_an_optional_profile_the_api_can_point_at(compose) -> None:
+    api, ray = compose["services"]["api"], compose["services"]["ray"]
+    assert ray["profiles"] == ["ray"], "no Ray head unless asked for with --profile ray"
+    assert api["environment"]["AAH_RAY_ADDRESS"] == "${AAH_RAY_ADDRESS:-}"  # empty: no ray target
+    text = (ROOT / "docker-compose.yml").read_text()
+    address = re.search(r"AAH_RAY_ADDRESS=(\S+)", text).group(1)
+    assert address == f"http://ray:{_option(ray['command'], '--dashboard-port')}" and ray["expose"] == ["8265"]
+    assert re.search(r"AAH_PUBLIC_URL=(\S+)", text).group(1) == f"http://api:{api['expose'][0]}"
+    extras = re.search(r'AAH_EXTRAS="([^"]+)"', text).group(1)
+    assert extras in (ROOT / "requirements-dev.txt").read_text().splitlines()  # the tested pin
+    assert 'ARG EXTRAS=""' in (ROOT / "Dockerfile").read_text()  # the image has no Ray unless built with it
 
 
 # -- Makefile and `aah serve` ---------------------------------------------------------------------
