@@ -47,7 +47,8 @@ def test_a_server_without_cluster_settings_has_only_local_and_imports_no_engine(
             "from backend.app import create_app; from backend.settings import Settings;"
             "s = Settings(data_dir=Path(tempfile.mkdtemp()), seed_demo=False, seed_paper=False, seed_suite=False);"
             "c = TestClient(create_app(s)).__enter__(); print([t['name'] for t in c.get('/api/v1/targets').json()]);"
-            "print(sorted(m for m in sys.modules if m == 'ray' or m.endswith(('ray_target', 'slurm_target', 'slurmrest_target'))))")
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.endswith(ENGINE_MODULES)))")
+    code = code.replace("ENGINE_MODULES", repr(("ray_target", "slurm_target", "slurmrest_target")))
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "AAH_ALLOWED_HOSTS": "testserver"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]

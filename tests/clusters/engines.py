@@ -23,8 +23,8 @@ from pathlib import Path
 RAY = Path(sys.executable).with_name("ray")
 SLURM_BINS = ("slurmctld", "slurmd", "munged", "sbatch", "squeue", "scontrol", "scancel")
 SLURMSTEPD = ("/usr/sbin/slurmstepd-wlm", "/usr/sbin/slurmstepd", "/usr/lib/slurm/slurmstepd")
-RAY_START_TIMEOUT_S = 12
-MARK = "AAH_TEST_RAY_HEAD"  # in the environment of every process of a test head: how stop() finds them  # how long Ray lets a job's supervisor wait for resources before it fails it
+RAY_START_TIMEOUT_S = 12  # how long Ray lets a job's supervisor wait for resources before it fails it
+MARK = "AAH_TEST_RAY_HEAD"  # in the environment of every process of a test head: how stop() finds them
 
 
 def free_port() -> int:
@@ -71,7 +71,8 @@ class RayHead:
                "--disable-usage-stats", "--ray-client-server-port", str(free_port()),
                "--dashboard-agent-listen-port", str(free_port()), "--min-worker-port", str(low),
                "--max-worker-port", str(low + 99)]
-        done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=120)
+        # from its own temp dir: Ray's jobs start in the head's working directory and write their --out there
+        done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=120, cwd=self.root)
         if done.returncode != 0:
             self.stop()
             raise RuntimeError(f"ray start failed: {done.stderr[-2000:]}")

@@ -1,7 +1,7 @@
 """Jobs on a real Ray head and a real Slurm (each test runs once per engine): a tiny job submitted with
-`aah submit` ends FINISHED with its points and model, a running job is cancelled and the engine agrees, a GPU job waits PENDING with
-the engine's reason and can be cancelled, an unreachable engine is a 503 naming the target, a job
-outlives a restart of its server, and the API token never reaches a job."""
+`aah submit` ends FINISHED with its points and model, a running job is cancelled and the engine agrees,
+a GPU job waits PENDING with the engine's reason and can be cancelled, an unreachable engine is a 503
+naming the target, a job outlives a restart of its server, and the API token never reaches a job."""
 
 from __future__ import annotations
 
