@@ -23,7 +23,7 @@ from pathlib import Path
 RAY = Path(sys.executable).with_name("ray")
 SLURM_BINS = ("slurmctld", "slurmd", "munged", "sbatch", "squeue", "scontrol", "scancel")
 SLURMSTEPD = ("/usr/sbin/slurmstepd-wlm", "/usr/sbin/slurmstepd", "/usr/lib/slurm/slurmstepd")
-RAY_START_TIMEOUT_S = 12  # how long Ray lets a job's supervisor wait for resources before it fails it
+RAY_START_TIMEOUT_S = 10  # how long Ray lets a job's supervisor wait for resources before it fails it
 MARK = "AAH_TEST_RAY_HEAD"  # in the environment of every process of a test head: how stop() finds them
 
 

@@ -120,7 +120,7 @@ def test_unreachable_engine_is_a_503_naming_the_target(engine: str, request: pyt
 
 
 def test_job_outlives_a_restart_of_its_server(api: ClusterApi, engine: str, request: pytest.FixtureRequest) -> None:
-    steps = 300
+    steps = 200
     run = api.submit(steps)
     api.wait_run(run["id"], running)
     api.kill()
