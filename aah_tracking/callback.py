@@ -105,11 +105,11 @@ class TrackingCallback(Callback):
             self._create = {"op": "attach", "run_key": self.run_key, "run_id": run_id,
                             "write_secret": self.write_secret}
         else:
-            self._create = self._create_op(info)
+            self._create = self._new_run_op(info)
         self._thread = threading.Thread(target=self._run, name="aah-tracking", daemon=True)
         self._thread.start()
 
-    def _create_op(self, info: dict[str, Any]) -> Op:
+    def _new_run_op(self, info: dict[str, Any]) -> Op:
         return {"op": "create", "run_key": self.run_key, "body": {
             "run_key": self.run_key, "write_secret": self.write_secret, **self.identity,
             "preset": self.config.preset, "config": self.config.to_dict(),

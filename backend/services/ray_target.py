@@ -70,14 +70,13 @@ class RayTarget(Target):
 
     def submit(self, spec: JobSpec) -> str:
         r = spec.resources
-        options = {"entrypoint_num_gpus": r.gpus or None, "entrypoint_num_cpus": r.cpus,
-                   "entrypoint_memory": None if r.memory_gb is None else int(r.memory_gb * 2**30)}
         # the entrypoint is a shell command line; the secret travels in runtime_env, never in it
         entrypoint = shlex.join(spec.argv)
         try:
             return self._call(lambda c: c.submit_job(
                 entrypoint=entrypoint, runtime_env={"env_vars": spec.env}, metadata={"aah_run": str(spec.run_id)},
-                **{k: v for k, v in options.items() if v is not None}))
+                entrypoint_num_gpus=r.gpus or None, entrypoint_num_cpus=r.cpus,
+                entrypoint_memory=None if r.memory_gb is None else int(r.memory_gb * 2**30)))
         except (RuntimeError, ValueError) as exc:
             raise EngineRefused(f"target ray refused the job: {str(exc)[:500]}") from None
 
