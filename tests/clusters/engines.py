@@ -64,7 +64,7 @@ class RayHead:
         self.start()
 
     def start(self) -> None:
-        low = 20000 + (os.getpid() % 200) * 100
+        low = 20000 + (os.getpid() % 120) * 100  # below Linux's ephemeral ports (32768-): free_port() never gives these
         cmd = [str(RAY), "start", "--head", "--port", str(self.gcs_port), "--dashboard-port",
                str(self.dashboard_port), "--dashboard-host", "127.0.0.1", "--node-ip-address", "127.0.0.1",
                "--num-cpus", "1", "--num-gpus", "0", "--include-dashboard", "true", "--temp-dir", str(self.root),
