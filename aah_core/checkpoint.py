@@ -99,6 +99,8 @@ def _read_json(file: Path) -> Any:
         return json.loads(file.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # deep nesting: not ours
         raise CheckpointError(f"{file}: not valid JSON ({exc.__class__.__name__}); the checkpoint is corrupt") from None
+    except RecursionError:  # json's decoder recurses once per level of nesting
+        raise CheckpointError(f"{file}: JSON nested too deeply to read; the checkpoint is corrupt") from None
 
 
 def _check_files(path: Path) -> None:

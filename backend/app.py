@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from aah_core.paths import library_caches
 from backend import __version__
 from backend.api import preflight
-from backend.api.deps import require_token
+from backend.api.deps import require_plain_params, require_token
 from backend.api.errors import install_error_handlers
 from backend.api.middleware import BodySizeLimit, HostCheck, OriginCheck
 from backend.api.openapi import install_openapi
@@ -126,8 +126,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Per-head context allocation: models, window plans, live evaluation, attention "
         "heatmaps, runs and training jobs. Contract: docs/api.md.",
         lifespan=lifespan,
-        # One check for every route: POST/PUT/PATCH/DELETE need the bearer token when one is set.
-        dependencies=[Depends(require_token)],
+        # Checks for every route: POST/PUT/PATCH/DELETE need the bearer token when one is set; no path or
+        # query parameter holds a control character.
+        dependencies=[Depends(require_token), Depends(require_plain_params)],
     )
     app.state.settings = settings
     install_error_handlers(app)

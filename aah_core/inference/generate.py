@@ -50,10 +50,18 @@ class Generation:
 
 
 def sample(logits: torch.Tensor, sampling: Sampling, gen: torch.Generator | None = None) -> torch.Tensor:
-    """Next tokens [B] from logits [B, V]."""
+    """Next tokens [B] from logits [B, V]. Refuses logits that are not finite (a model whose weights hold
+    NaN or inf), which no choice of token could honestly come from."""
+    if not bool(torch.isfinite(logits).all()):
+        raise AAHError("the model's next-token logits are not finite (NaN or inf): its weights are broken, "
+                       "so it cannot generate; retrain or re-export it")
     if sampling.temperature == 0.0:
         return logits.argmax(dim=-1)
-    logits = logits.float() / sampling.temperature
+    # In float64, where a temperature or top_p as small as 1e-300 is not 0 (in float32 it is, and 0 / 0 is
+    # NaN), with the largest logit moved to 0 first: a tiny temperature then sends the others to -inf
+    # (greedy among ties), never to inf - inf.
+    logits = logits.double()
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / sampling.temperature
     if sampling.top_k and sampling.top_k < logits.shape[-1]:
         kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -13,8 +13,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
 from sqlalchemy.orm import Session
 
+from backend.schemas.base import text_problem
 from backend.schemas.errors import Unauthorized
 from backend.schemas.tracking import SECRET_HEADER
 from backend.services.cache import LruCache
@@ -79,6 +81,21 @@ async def require_token(request: Request) -> None:
         raise Unauthorized("this endpoint needs 'Authorization: Bearer <AAH_API_TOKEN>'")
     if not secrets.compare_digest(given.strip().encode(), token.encode()):
         raise Unauthorized("the bearer token does not match AAH_API_TOKEN")
+
+
+async def require_plain_params(request: Request) -> None:
+    """Path and query parameters hold no control character and no lone surrogate (request bodies are
+    checked by their schemas, backend/schemas/base.py): a 422 on every database, never a store error."""
+    given = [("path", k, v) for k, v in request.path_params.items() if isinstance(v, str)]
+    given += [("query", k, v) for k, v in request.query_params.multi_items()]
+    errors = []
+    for where, name, value in given:
+        for text in (name, value):
+            if (problem := text_problem(text)) is not None:
+                errors.append({"type": "control_character", "loc": (where, name), "msg": problem, "input": value})
+                break
+    if errors:
+        raise RequestValidationError(errors)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

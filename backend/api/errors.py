@@ -74,6 +74,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, RecursionError):  # FastAPI's body parser met JSON nested too deeply
+            return _json(422, "request body: JSON nested too deeply to read (keep it under 64 levels)")
         return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.api.deps import MetricsCacheDep, ReadsDep, SessionDep, TargetJobsDep
+from backend.schemas.base import MAX_DB_ID
 from backend.schemas.errors import InvalidInput
 from backend.schemas.runs import (
     CompareRequest,
@@ -35,7 +36,7 @@ from backend.store.downsample import MAX_POINTS, MIN_POINTS, read_downsampled
 from backend.store.identity import update_identity
 
 router = APIRouter(prefix="/runs", tags=["runs"])
-RunId = Annotated[int, Path(ge=1, le=2**62)]
+RunId = Annotated[int, Path(ge=1, le=MAX_DB_ID)]
 Step = Annotated[int | None, Query(ge=0, le=2**62)]
 MAX_KEYS = 200
 

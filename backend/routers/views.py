@@ -5,11 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Response
 
 from backend.api.deps import SessionDep
+from backend.schemas.base import MAX_DB_ID
 from backend.schemas.views import ViewCreate, ViewOrder, ViewPublic, ViewUpdate
 from backend.store import catalog
 
 router = APIRouter(prefix="/views", tags=["views"])
-ViewId = Path(ge=1, le=2**62)
+ViewId = Path(ge=1, le=MAX_DB_ID)
 
 
 @router.get("")

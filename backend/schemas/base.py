@@ -1,14 +1,19 @@
 """The shared bases and types of every request and response model (pydantic v2).
 
 Requests forbid unknown fields so a typo ("window" for "windows") is a 422, not a silent
-default. Non-finite floats serialise as null (``ser_json_inf_nan``), never as a 500.
+default, and refuse text that no store keeps the same: control characters (NUL above all, which
+PostgreSQL cannot store) and lone surrogates, anywhere in a request, keys of free-form objects included.
+Non-finite floats serialise as null (``ser_json_inf_nan``), never as a 500.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+import re
+import unicodedata
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic_core import PydanticCustomError
 
 Window = Annotated[StrictInt, Field(ge=1, description="keys seen by the head (>= 1); null = full")]
 Plan = Annotated[
@@ -20,9 +25,54 @@ OWN_WINDOW: Final = "own"  # Final: typed Literal["own"], so it is an AttentionW
 # null (full), the same null as in a plan.
 AttentionWindow = Window | Literal["own"] | None
 EvalSet = Literal["mixed", "text", "english", "copy"]
-# Ids and steps are SQLite integers (64-bit signed): anything larger is a 422, not an overflow.
-DbId = Annotated[int, Field(ge=1, le=2**62)]
+# Ids are 32-bit integer columns (PostgreSQL's int4): a larger id is a 422, not a database error. Steps
+# are 64-bit columns.
+MAX_DB_ID = 2**31 - 1
+DbId = Annotated[int, Field(ge=1, le=MAX_DB_ID)]
 DbStep = Annotated[int, Field(ge=0, le=2**62)]
+# Free-form JSON in a request (a run's config, a view's state) nests at most this deep: deeper values
+# are refused before anything walks them recursively (json.dumps, the config parser).
+MAX_JSON_DEPTH = 64
+# C0 and C1 control characters and DEL, except tab, newline and carriage return (text may hold those)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def text_problem(text: str) -> str | None:
+    """Why `text` cannot be stored as it is (a control character, a lone surrogate), or None."""
+    if (found := _CONTROL.search(text)) is not None:
+        char = found.group()
+        name = unicodedata.name(char, "a control character")
+        return f"control character U+{ord(char):04X} ({name}) at position {found.start()}; it is not allowed in text"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"lone surrogate at position {exc.start}; text must be valid Unicode"
+    return None
+
+
+def check_json_text(value: Any) -> None:
+    """Every string (and key) in `value`, walked without recursion, stored as it is; at most
+    MAX_JSON_DEPTH levels. Validated models inside are skipped: their own fields were checked."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise PydanticCustomError("json_too_deep", "nested deeper than {limit} levels", {"limit": MAX_JSON_DEPTH})
+        if isinstance(item, str):
+            if (problem := text_problem(item)) is not None:
+                raise PydanticCustomError("control_character", "{where}{problem}",
+                                          {"where": f"at {where.lstrip('.')}: " if where else "", "problem": problem})
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                stack.append((key, where, depth))  # a key is text too
+                stack.append((child, f"{where}.{key}", depth + 1))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, f"{where}.{i}", depth + 1) for i, child in enumerate(item) if not _plain(child))
+
+
+def _plain(item: Any) -> bool:
+    return isinstance(item, (int, float, bool)) or item is None
 
 
 class Response(BaseModel):
@@ -31,3 +81,9 @@ class Response(BaseModel):
 
 class Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*")
+    @classmethod
+    def _storable_text(cls, value: Any) -> Any:
+        check_json_text(value)
+        return value

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from backend.schemas.base import Request, Response
+from backend.schemas.base import DbId, Request, Response
 
 MAX_VIEW_STATE_BYTES = 64 * 1024
 MAX_VIEW_STATE_DEPTH = 64  # nesting of a saved view's state (the dashboard's is 3 deep)
@@ -40,7 +40,7 @@ class ViewUpdate(Request):
 
 
 class ViewOrder(Request):
-    ids: list[int] = Field(max_length=10_000, description="every saved view's id once, in the new order")
+    ids: list[DbId] = Field(max_length=10_000, description="every saved view's id once, in the new order")
 
 
 def _check_json_tree(value: Any, name: str) -> None:

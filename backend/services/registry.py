@@ -78,10 +78,21 @@ class LoadedModel:
         """The fixed batch of make_eval_batch(config, eval_set, EVAL_SEQS) (same stream, same seeds)."""
         if eval_set not in self._batches:
             try:
-                self._batches[eval_set] = self.stream.eval_batch(eval_set, EVAL_SEQS)
+                batch = self.stream.eval_batch(eval_set, EVAL_SEQS)
             except ValueError as exc:
                 raise InvalidInput(f"eval_set: {exc}") from None
+            self._batches[eval_set] = self._in_vocabulary(batch, f"eval_set {eval_set!r}")
         return self._batches[eval_set]
+
+    def _in_vocabulary(self, batch: EvalBatch, what: str) -> EvalBatch:
+        """`batch`, once its token ids are known to fit the model's embedding (a checkpoint may pair a model
+        with a tokenizer of a larger vocabulary)."""
+        largest = int(batch.idx.max()) if batch.idx.numel() else -1
+        if largest >= self.model.vocab_size:
+            raise InvalidInput(f"{what}: this model's tokenizer gives token id {largest}, beyond the model's "
+                               f"vocabulary of {self.model.vocab_size}; its checkpoint pairs the model with "
+                               "another tokenizer")
+        return batch
 
     def evaluator(self, eval_set: str) -> PrefixCachedEvaluator:
         if eval_set not in self._evaluators:
@@ -97,6 +108,7 @@ class LoadedModel:
                     batch = self.stream.eval_batch(kind, TEXT_SEQS)
                 except ValueError:  # trained without a synthetic task
                     continue
+                self._in_vocabulary(batch, f"text {kind!r}")
                 for i in range(TEXT_SEQS):
                     texts[f"{kind}-{i}"] = TextSample(f"{kind}-{i}", f"{label} {i + 1}", kind, batch.idx[i])
             self._texts = texts
