@@ -71,7 +71,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     os.environ.update(library_caches(settings.data_dir))  # this process and its workers write nothing outside it
     with first_start_lock(settings.data_dir):  # a second server started at once waits, then finds it all done
         try:
-            engine = make_engine(settings.db_url)
+            engine = make_engine(settings.db_url, connect_timeout_s=settings.db_connect_timeout_s,
+                                 statement_timeout_s=settings.db_statement_timeout_s)
             migrate.upgrade(engine)
         except (DBAPIError, OSError) as exc:
             raise preflight.store_error(settings, exc) from None

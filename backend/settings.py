@@ -37,6 +37,12 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL of the run store, e.g. postgresql+psycopg://user:pass@host/db. "
         "Default: the SQLite file aah.db in the data dir.",
     )
+    db_connect_timeout_s: int = Field(
+        10, ge=2, le=3600, description="PostgreSQL: seconds to make a connection before the request gets 503 "
+        "(a stalled or unreachable server).")
+    db_statement_timeout_s: float = Field(
+        60.0, ge=0, le=86_400, description="PostgreSQL: seconds the server lets one of the API's statements run "
+        "before cancelling it (the request gets 503 with Retry-After); 0: no limit. Migrations have none.")
     api_token: SecretStr | None = Field(
         None, description="When set, POST/PUT/PATCH/DELETE need 'Authorization: Bearer <token>'. "
         "Set it whenever the port is reachable by anyone else."

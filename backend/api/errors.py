@@ -1,7 +1,8 @@
 """Error responses: every error body is ``{"detail": str}``; a validation error also carries ``errors``
-(pydantic's list) for programs. A store that cannot be written for now (locked past the busy timeout,
-disk full, I/O error) answers 503 with Retry-After: the request may succeed later (its transaction was
-rolled back).
+(pydantic's list) for programs. A store that cannot be written or read for now (locked past the busy
+timeout, disk full, I/O error, a database server that does not answer in time) and a full disk under the
+data dir answer 503 with Retry-After: the request may succeed later (its transaction was rolled back, its
+partial files removed). A client that leaves before its body arrived is noted, not logged as an error.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 
 from aah_core.errors import AAHError
-from backend.schemas.errors import ENGINE_STATUS, ServiceError, store_fault
+from backend.schemas.errors import ENGINE_STATUS, ServiceError, disk_fault, store_fault
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +75,27 @@ def install_error_handlers(app: FastAPI) -> None:
         reason, wait = fault
         logger.warning("%s %s: store unavailable (%s)", request.method, request.url.path, exc.orig)
         return _json(503, f"{reason}; retry in {wait} s", retry_after=wait)
+
+    @app.exception_handler(PoolTimeout)
+    async def _pool(request: Request, exc: PoolTimeout) -> JSONResponse:
+        logger.warning("%s %s: no database connection free (%s)", request.method, request.url.path, exc)
+        return _json(503, "every database connection is busy; retry in 5 s", retry_after=5)
+
+    @app.exception_handler(OSError)
+    async def _disk(request: Request, exc: OSError) -> JSONResponse:
+        fault = disk_fault(exc)
+        if fault is None:
+            return await _last_resort(request, exc)
+        reason, wait = fault
+        logger.warning("%s %s: storage unavailable (%s)", request.method, request.url.path, exc)
+        return _json(503, f"{reason}; retry in {wait} s", retry_after=wait)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, _: ClientDisconnect) -> Response:
+        # Nobody is left to read an answer; an upload cut short keeps no partial file.
+        logger.info("%s %s: the client disconnected before its request body was complete", request.method,
+                    request.url.path)
+        return Response(status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

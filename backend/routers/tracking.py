@@ -8,6 +8,7 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Request, Response
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from backend.api.deps import SessionDep, SettingsDep
@@ -69,8 +70,8 @@ async def upload_checkpoint_file(request: Request, settings: SettingsDep, run_id
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
         raise PayloadTooLarge(f"{name}: larger than the upload limit of {limit} bytes (AAH_MAX_UPLOAD_BYTES)")
-    with transaction(request.app.state.sessions) as s:
-        tracking.check_upload(s, run_id, name, secret)
+    # never on the event loop: a stalled database must not stop the service
+    await run_in_threadpool(_check_upload, request.app.state.sessions, run_id, name, secret)
     staging, _ = tracking.checkpoint_dirs(settings.data_dir, run_id)
     staging.mkdir(parents=True, exist_ok=True)
     part = staging / f".{name}.{uuid.uuid4().hex[:8]}.part"  # a retried upload racing the first one has its own
@@ -86,6 +87,11 @@ async def upload_checkpoint_file(request: Request, settings: SettingsDep, run_id
     finally:
         part.unlink(missing_ok=True)
     return CheckpointFileResult(name=name, bytes=size)
+
+
+def _check_upload(sessions: sessionmaker[Session], run_id: int, name: str, secret: str | None) -> None:
+    with transaction(sessions) as s:
+        tracking.check_upload(s, run_id, name, secret)
 
 
 @router.post("/{run_id}/checkpoint")

@@ -1,11 +1,12 @@
 """The error types: each domain error carries one HTTP status; ``backend.api.errors`` turns them into
 responses. Store and services raise ``ServiceError`` subclasses (no HTTP imports here); engine errors
 (``aah_core.errors``) map by type through ``ENGINE_STATUS``; passing store faults (locked, disk full,
-server away) through ``store_fault``.
+server away) through ``store_fault``; a full disk through ``disk_fault``.
 """
 
 from __future__ import annotations
 
+import errno
 from sqlalchemy.exc import OperationalError
 
 from aah_core.errors import (
@@ -79,10 +80,27 @@ STORE_FAULTS: tuple[tuple[str, str, int], ...] = (
     ("could not connect", "the database server cannot be reached", 10),
     ("connection refused", "the database server cannot be reached", 10),
     ("too many clients", "the database server has too many connections", 5),
+    ("statement timeout", "the database server took too long to answer (AAH_DB_STATEMENT_TIMEOUT_S)", 10),
+    ("timeout expired", "the database server did not answer in time (AAH_DB_CONNECT_TIMEOUT_S)", 10),
+    ("server closed the connection", "the database server closed the connection", 10),
+    ("terminating connection", "the database server closed the connection", 10),
+    ("the database system is", "the database server is starting or stopping", 10),
 )
+# Files under the data dir that cannot be written for now: errno -> (what the user is told, seconds).
+DISK_FAULTS: dict[int, tuple[str, int]] = {
+    errno.ENOSPC: ("the disk holding the data dir is full", 60),
+    errno.EDQUOT: ("the disk quota of the data dir is used up", 60),
+    errno.EFBIG: ("a file under the data dir reached the size limit", 60),
+    errno.EIO: ("a file under the data dir could not be written (disk I/O error)", 30),
+}
 
 
 def store_fault(exc: OperationalError) -> tuple[str, int] | None:
     """(reason, retry-after seconds) when `exc` is a passing store fault, else None (a bug)."""
     text = str(exc.orig if exc.orig is not None else exc).lower()
     return next(((reason, wait) for fragment, reason, wait in STORE_FAULTS if fragment in text), None)
+
+
+def disk_fault(exc: OSError) -> tuple[str, int] | None:
+    """(reason, retry-after seconds) when `exc` is a disk that cannot take a write for now, else None."""
+    return DISK_FAULTS.get(exc.errno or 0)

@@ -2,7 +2,11 @@
 
 SQLite gets WAL, foreign keys and a busy timeout on every connection: WAL lets one writer (a
 training worker's metrics sink, or the API) and many readers work at once; ``busy_timeout``
-makes a second writer wait for the lock instead of failing. PostgreSQL needs none of that.
+makes a second writer wait for the lock instead of failing. PostgreSQL gets timeouts instead: a
+connection that is not made within ``connect_timeout_s`` fails (a stalled or unreachable server), and
+the service's statements are cancelled by the server after ``statement_timeout_s`` (a lock held by
+another client, a runaway query); both reach the client as errors that answer 503 (backend/api/errors.py),
+not as requests that wait for ever.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 logger = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 30_000
+CONNECT_TIMEOUT_S = 10  # libpq's connect_timeout: whole seconds, at least 2
 SUPPORTED_DATABASES = ("sqlite", "postgresql")
 POOL = {"pool_size": 20, "max_overflow": 40}
 
@@ -54,11 +59,26 @@ def _pragmas(busy_timeout_ms: int):  # noqa: ANN202 - a connect-event listener
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.close()
     return _on_connect
-def make_engine(target: str | Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Engine:
-    """An engine on a store URL, or on a SQLite file path (created if missing, pragmas above)."""
+def _statement_timeout(timeout_s: float):  # noqa: ANN202 - a connect-event listener
+    def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001 (DB-API objects)
+        with dbapi_conn.cursor() as cur:
+            cur.execute(f"SET statement_timeout = {int(timeout_s * 1000)}")
+        dbapi_conn.commit()  # a SET inside a transaction that is rolled back would be undone
+    return _on_connect
+
+
+def make_engine(target: str | Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS, connect_timeout_s: int = CONNECT_TIMEOUT_S,
+                statement_timeout_s: float | None = None) -> Engine:
+    """An engine on a store URL, or on a SQLite file path (created if missing, pragmas above). On
+    PostgreSQL, connections time out after `connect_timeout_s` (unless the URL names its own) and, with
+    `statement_timeout_s`, statements after that long (0 or None: never)."""
     url = parse_database_url(sqlite_url(target) if isinstance(target, Path) else target)
     if url.get_backend_name() == "postgresql":
-        return create_engine(url, pool_pre_ping=True, **POOL)
+        connect = {} if "connect_timeout" in url.query else {"connect_timeout": max(2, int(connect_timeout_s))}
+        engine = create_engine(url, pool_pre_ping=True, connect_args=connect, **POOL)
+        if statement_timeout_s:
+            event.listen(engine, "connect", _statement_timeout(statement_timeout_s))
+        return engine
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},

@@ -43,6 +43,8 @@ def migrate(engine: Engine, target: str, down: bool = False) -> None:
             conn.commit()  # end SQLAlchemy's autobegun transaction (the driver never opened one)
         try:
             with conn.begin():
+                if not sqlite:  # a migration may rewrite a large table: longer than any request may take
+                    conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
                 config.attributes["connection"] = conn
                 (command.downgrade if down else command.upgrade)(config, target)
                 dangling = conn.exec_driver_sql("PRAGMA foreign_key_check").all() if sqlite else []
