@@ -34,7 +34,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from aah_core.config import apply_overrides
     from aah_core.presets import get_preset
     from aah_core.resources import check_fits
-    from aah_core.train import JsonlSink, PlanJsonlSink, ProgressBar, train
+    from aah_core.train import JsonlSink, PlanJsonlSink, ProgressBar, spool_checkpoint, train
 
     config = apply_overrides(get_preset(args.preset), _parse_sets(args.set))
     check_fits(config)  # a run that cannot fit this machine is refused before it starts
@@ -50,7 +50,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         extra = make(args, config, out)
         if extra is not None:
             callbacks.append(extra)
-    result = train(config, out, callbacks, resume=args.resume)
+    result = train(config, out, callbacks, resume=args.resume, fallbacks=(spool_checkpoint(out.name),))
     print(f"{result.status} at step {result.step}: checkpoint {result.checkpoint}")
     return 0
 

@@ -11,7 +11,10 @@ import json
 import logging
 import math
 import os
+import tempfile
 import time
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from aah_core.train_state import capture_train_state, restore_train_state
 from aah_core.windows import coverage_metrics, plan_to_json, window_fractions
 
 logger = logging.getLogger(__name__)
+FINAL_RETRY_WAITS_S = (1.0, 4.0)  # a final checkpoint that failed is tried again after these waits
 
 
 class Callback:
@@ -226,12 +230,14 @@ class _Run:
     good_evals: int = 0  # consecutive evaluations that met the early-stop rule
     completed: int = 0  # the last step whose update reached the weights
     reported: torch.Tensor | None = None  # the last plan passed to on_plan
+    fallbacks: tuple[Path, ...] = ()  # where the final checkpoint goes when out_dir cannot take it
 
-    def checkpoint(self, step: int) -> Path:
-        """Weights, plan, controller and trainer state after `step` (rank 0 only)."""
+    def checkpoint(self, step: int, path: Path | None = None) -> Path:
+        """Weights, plan, controller and trainer state after `step` (rank 0 only), at `path` (out_dir)."""
         state = capture_train_state(self.optimizer, self.device, self.good_evals)
-        path = save_checkpoint(self.out_dir, self.model, self.config, controller_state=self.controller.state_dict(),
-                               meta={**self.meta, "step": step}, train_state=state)
+        path = save_checkpoint(path or self.out_dir, self.model, self.config,
+                               controller_state=self.controller.state_dict(), meta={**self.meta, "step": step},
+                               train_state=state)
         for cb in self.callbacks:
             cb.on_checkpoint(step, path)
         return path
@@ -294,6 +300,26 @@ def report(run: _Run, done: int, metrics: dict[str, float]) -> None:
             logger.warning("step %d: checkpoint not written (%s)", done, exc)
 
 
+def spool_checkpoint(name: str) -> Path:
+    """A last-resort place for a final checkpoint: under the system temp dir (often another disk), unique."""
+    return Path(tempfile.gettempdir()) / "aah-spool" / f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def save_final_checkpoint(run: _Run, step: int) -> Path:
+    """The checkpoint that ends a run (rank 0): at out_dir, tried again after each FINAL_RETRY_WAITS_S wait
+    (space may have been freed), then at each fallback path in turn, as metrics go to the spool when the
+    store fails: a run that trained keeps its weights while any of those disks has room."""
+    *tries, (last, last_wait) = [(run.out_dir, w) for w in (0.0, *FINAL_RETRY_WAITS_S)] + [(p, 0.0) for p in run.fallbacks]
+    for path, wait in tries:
+        time.sleep(wait)
+        try:
+            return run.checkpoint(step, path)
+        except Exception as exc:  # noqa: BLE001 - a full disk, a quota, an I/O error: the next try may work
+            logger.warning("step %d: final checkpoint not written to %s (%s); trying again", step, path, exc)
+    time.sleep(last_wait)
+    return run.checkpoint(step, last)
+
+
 def stop_reason(run: _Run) -> str | None:
     """FINISHED when the early-stop rule held twice in a row, KILLED when a callback asks, else None;
     rank 0 decides for every rank."""
@@ -307,11 +333,13 @@ def stop_reason(run: _Run) -> str | None:
 
 
 def train(
-    config: RunConfig, out_dir: str | Path, callbacks: list[Callback] | tuple = (), resume: str | Path | None = None
+    config: RunConfig, out_dir: str | Path, callbacks: list[Callback] | tuple = (), resume: str | Path | None = None,
+    fallbacks: Sequence[str | Path] = (),
 ) -> TrainResult:
-    """Train a model from `config`, writing checkpoints to `out_dir`. A run resumed from `resume` continues
-    with its weights, plan, controller, optimizer moments, generators and data order: it computes the
-    losses the uninterrupted run would have."""
+    """Train a model from `config`, writing checkpoints to `out_dir` (the final one, when `out_dir` cannot
+    take it, to the first of `fallbacks` that can: see `save_final_checkpoint`). A run resumed from `resume`
+    continues with its weights, plan, controller, optimizer moments, generators and data order: it computes
+    the losses the uninterrupted run would have."""
     device, rank, distributed = start_process(config)
     model, controller, start_step = model_and_controller(config, device, resume)
     model.train()
@@ -319,14 +347,15 @@ def train(
     optimizer = build_optimizer(model, controller, config)
     meta = {"data_hash": data.data_hash, "git_rev": _git_rev(), "preset": config.preset, "n_params": model.num_params()}
     run = _Run(config, Path(out_dir), device, rank, distributed, model, controller, data, optimizer,
-               list(callbacks) if rank == 0 else [], meta, completed=start_step)
+               list(callbacks) if rank == 0 else [], meta, completed=start_step,
+               fallbacks=tuple(Path(p) for p in fallbacks))
     saved = read_train_state(resume) if resume is not None else None
     if saved is not None:
         run.good_evals = restore_train_state(saved, optimizer, device)
     for cb in run.callbacks:
         cb.on_start({"total_steps": config.train.max_steps, "start_step": start_step, **meta})
     ddp = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
-    status, step, last = "FINISHED", start_step, {}
+    status, step, last, saving = "FINISHED", start_step, {}, False
     try:
         for step in range(start_step, config.train.max_steps):
             last = optimize_step(run, ddp, step)
@@ -335,11 +364,12 @@ def train(
                 status = reason
                 break
         step = step + 1 if config.train.max_steps > start_step else start_step
-        path = run.checkpoint(step) if rank == 0 else run.out_dir
+        saving = True
+        path = save_final_checkpoint(run, step) if rank == 0 else run.out_dir
     except BaseException as exc:
-        if rank == 0 and run.completed > start_step:  # every exit path keeps the weights trained so far
+        if rank == 0 and run.completed > start_step and not saving:  # every exit keeps the weights trained so far
             try:
-                run.checkpoint(run.completed)
+                save_final_checkpoint(run, run.completed)
             except Exception as ckpt_exc:  # noqa: BLE001 - the original error is the one to report
                 logger.error("step %d: no checkpoint after the error (%s)", run.completed, ckpt_exc)
         for cb in run.callbacks:
