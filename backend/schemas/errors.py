@@ -7,6 +7,7 @@ server away) through ``store_fault``; a full disk through ``disk_fault``.
 from __future__ import annotations
 
 import errno
+
 from sqlalchemy.exc import OperationalError
 
 from aah_core.errors import (

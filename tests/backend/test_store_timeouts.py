@@ -15,8 +15,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from backend.app import create_app
-from backend.store.db import make_engine
 from backend.schemas.errors import store_fault
+from backend.store.db import make_engine
 from backend.store.migrate import upgrade
 from tests.backend.conftest import make_settings
 
