@@ -67,28 +67,27 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
         return _json(422, validation_detail(list(exc.errors())), errors=_jsonable(errors))
 
-    @app.exception_handler(OperationalError)
-    async def _store(request: Request, exc: OperationalError) -> JSONResponse:
-        fault = store_fault(exc)
+    async def _passing(request: Request, exc: Exception, fault: tuple[str, int] | None) -> JSONResponse:
+        """503 with Retry-After for a fault that passes (`fault`: reason, seconds), else a bug."""
         if fault is None:
             return await _last_resort(request, exc)
         reason, wait = fault
-        logger.warning("%s %s: store unavailable (%s)", request.method, request.url.path, exc.orig)
+        # a database error's driver message only: its SQL and parameters stay out of the log
+        logger.warning("%s %s: unavailable for now (%s)", request.method, request.url.path,
+                       getattr(exc, "orig", None) or exc)
         return _json(503, f"{reason}; retry in {wait} s", retry_after=wait)
+
+    @app.exception_handler(OperationalError)
+    async def _store(request: Request, exc: OperationalError) -> JSONResponse:
+        return await _passing(request, exc, store_fault(exc))
 
     @app.exception_handler(PoolTimeout)
     async def _pool(request: Request, exc: PoolTimeout) -> JSONResponse:
-        logger.warning("%s %s: no database connection free (%s)", request.method, request.url.path, exc)
-        return _json(503, "every database connection is busy; retry in 5 s", retry_after=5)
+        return await _passing(request, exc, ("every database connection is busy", 5))
 
     @app.exception_handler(OSError)
     async def _disk(request: Request, exc: OSError) -> JSONResponse:
-        fault = disk_fault(exc)
-        if fault is None:
-            return await _last_resort(request, exc)
-        reason, wait = fault
-        logger.warning("%s %s: storage unavailable (%s)", request.method, request.url.path, exc)
-        return _json(503, f"{reason}; retry in {wait} s", retry_after=wait)
+        return await _passing(request, exc, disk_fault(exc))
 
     @app.exception_handler(ClientDisconnect)
     async def _gone(request: Request, _: ClientDisconnect) -> Response:
