@@ -103,6 +103,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # queued behind the reads above
     app.state.checks = BoundedExecutor("check", 2, 10_000)
     app.state.store_counts = health.StoreCounts(sessions)
+    await app.state.store_counts.get()  # read now, while the store is known to answer: /health never waits for it
     if settings.preload_models:
         app.state.registry.preload()
     logger.info("AAH Studio API %s ready (data dir %s)", __version__, settings.data_dir)

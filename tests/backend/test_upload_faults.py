@@ -120,7 +120,6 @@ def test_health_answers_while_postgresql_is_stopped_during_an_upload(postgres, t
     with running_api(tmp_path / "data", tmp_path / "api.log", env) as url, \
             httpx.Client(base_url=url + API, timeout=STALL_S * 4) as client:
         run_id = _tracked_run(client, tiny_demo)
-        assert client.get("/health").status_code == 200  # its counts are read once; later ones in the background
         weights = (tiny_demo / "model.safetensors").read_bytes()
         upload: dict[str, httpx.Response] = {}
         stopped = _server_processes(postgres.data)
@@ -145,4 +144,6 @@ def test_health_answers_while_postgresql_is_stopped_during_an_upload(postgres, t
         sender.join(STALL_S * 3)
         assert upload["r"].status_code == 200, upload["r"].text
     p95 = statistics.quantiles(latencies, n=20)[-1]
+    print(f"/health while PostgreSQL was stopped: {len(latencies)} requests, p50 {statistics.median(latencies) * 1000:.1f} ms, "
+          f"p95 {p95 * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms")
     assert len(latencies) > STALL_S / (HEALTH_EVERY_S * 4) and p95 <= 0.1, (len(latencies), p95, max(latencies))
