@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from aah_core.checkpoint import FILES, load_checkpoint, save_checkpoint
 from aah_core.config import RunConfig, apply_overrides
 from aah_core.model import WindowedGPT
+from backend.schemas.tracking import SECRET_HEADER
 
 API = "/api/v1"
 DEEP = 5_000  # levels: past the recursion limit of Python's json decoder
@@ -30,11 +31,11 @@ def upload_checkpoint(client: TestClient, config: RunConfig, files: dict[str, by
     created = client.post(f"{API}/tracking/runs", json={"run_key": uuid.uuid4().hex, "name": "bad", "preset": "tiny",
                                                         "config": config.to_dict()})
     assert created.status_code == 201, created.text
-    run_id = created.json()["run"]["id"]
+    run_id, secret = created.json()["run"]["id"], {SECRET_HEADER: created.json()["write_secret"]}
     for name, data in files.items():
-        r = client.put(f"{API}/tracking/runs/{run_id}/checkpoint/{name}", content=data)
+        r = client.put(f"{API}/tracking/runs/{run_id}/checkpoint/{name}", content=data, headers=secret)
         assert r.status_code == 200, r.text
-    return run_id, client.post(f"{API}/tracking/runs/{run_id}/checkpoint")
+    return run_id, client.post(f"{API}/tracking/runs/{run_id}/checkpoint", headers=secret)
 
 
 def _files(folder: Path) -> dict[str, bytes]:

@@ -46,7 +46,7 @@ def _resolve(spec: dict, schema: dict) -> dict:
 
 def _string(schema: dict) -> str:
     pattern = schema.get("pattern")
-    for candidate in ("abcdefgh1", "own", "x" * max(1, schema.get("minLength", 1))):
+    for candidate in ("abcdefgh1", "own", "x" * max(1, schema.get("minLength", 1)), "a" * 40):
         if pattern is None or re.search(pattern, candidate):
             return candidate
     raise AssertionError(f"no sample string for pattern {pattern!r}")

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from backend.schemas.tracking import SECRET_HEADER
 from tests.frontend.stack import running_api
 
 API = "/api/v1"
@@ -56,10 +57,12 @@ def _server_pid(url: str) -> int:
 
 
 def _tracked_run(client: httpx.Client, tiny_demo: Path) -> int:
+    """A new tracked run; its write secret goes into `client`'s headers."""
     config = json.loads((tiny_demo / "config.json").read_text())["config"]
     r = client.post("/tracking/runs", json={"run_key": uuid.uuid4().hex, "name": "upload", "preset": "tiny",
                                             "config": config})
     assert r.status_code == 201, r.text
+    client.headers[SECRET_HEADER] = r.json()["write_secret"]
     return r.json()["run"]["id"]
 
 
@@ -96,7 +99,8 @@ def test_a_client_that_disconnects_mid_upload_is_not_an_unhandled_error(sqlite_a
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=30) as s:
             s.sendall(f"PUT {API}/tracking/runs/{run_id}/checkpoint/model.safetensors HTTP/1.1\r\nHost: localhost\r\n"
-                      f"Content-Length: {1 << 20}\r\n\r\n".encode() + b"\0" * (64 << 10))
+                      f"{SECRET_HEADER}: {client.headers[SECRET_HEADER]}\r\nContent-Length: {1 << 20}\r\n\r\n"
+                      .encode() + b"\0" * (64 << 10))
             time.sleep(0.5)  # the server is reading the body
         # a request after the disconnect was handled: the server answers it once the aborted one is done
         assert client.get("/health").status_code == 200
