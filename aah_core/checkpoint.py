@@ -97,7 +97,7 @@ def save_checkpoint(
 def _read_json(file: Path) -> Any:
     try:
         return json.loads(file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # deep nesting: not ours
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{file}: not valid JSON ({exc.__class__.__name__}); the checkpoint is corrupt") from None
     except RecursionError:  # json's decoder recurses once per level of nesting
         raise CheckpointError(f"{file}: JSON nested too deeply to read; the checkpoint is corrupt") from None

@@ -21,7 +21,7 @@ from pathlib import Path
 from aah_core.config import RunConfig
 from aah_core.errors import InvalidConfig
 from aah_core.paths import confine_data_paths
-from aah_core.train import spool_checkpoint, train
+from aah_core.train import train
 from backend.jobs.lifecycle import CANCELLED, ORPHAN_EXIT_S, SERVICE_STOPPED, orphaned, watch_parent
 from backend.jobs.sink import SqliteMetricsSink
 from backend.settings import Settings
@@ -50,8 +50,8 @@ def run_job(db_url: str, run_id: int, data_dir: Path, roots: list[Path] | None =
     _stop_on_signals(sink, run_id, parent_pid)
     out_dir = data_dir / "runs" / str(run_id) / "checkpoint"
     # the final checkpoint, when out_dir cannot take it: the data dir's spool folder (the service serves it
-    # from there), then the system temp dir (often another disk; the run records where the weights are)
-    fallbacks = (data_dir / SPOOL_DIR / f"run-{run_id}-checkpoint", spool_checkpoint(f"run-{run_id}"))
+    # from there; nothing of the service is written outside the data dir)
+    fallbacks = (data_dir / SPOOL_DIR / f"run-{run_id}-checkpoint",)
     try:
         result = train(config, out_dir, [sink], fallbacks=fallbacks)
     except Exception:  # train() already reported FAILED with the error through the sink
