@@ -38,7 +38,7 @@ from backend.store.db import make_engine, make_session_factory, transaction
 
 logger = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
-METRICS_CACHE_ITEMS = 256  # serialised metric responses kept (a few MB at most for demo-sized runs)
+METRICS_CACHE_ITEMS = 256  # serialised metric responses kept, within AAH_CACHE_BYTES
 # The garbage collector while serving: a first-generation pass every 50,000 new container objects
 # instead of 700 (a 9,000-point metric batch makes ~40,000, which ran ~60 passes and promoted them all).
 GC_THRESHOLDS = (50_000, 20, 10)
@@ -96,7 +96,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         torch.set_num_threads(settings.torch_threads)
     app.state.sessions = sessions
     app.state.registry = Registry(settings, sessions)
-    app.state.metrics_cache = LruCache(METRICS_CACHE_ITEMS)
+    # (version, body) per query: bounded by the bodies' bytes too (AAH_CACHE_BYTES)
+    app.state.metrics_cache = LruCache(METRICS_CACHE_ITEMS, settings.cache_bytes, lambda hit: len(hit[1]))
     app.state.heavy = BoundedExecutor("heavy", settings.heavy_workers, settings.heavy_queue)
     app.state.reads = BoundedExecutor("read", settings.read_workers, settings.read_queue)
     # cheap checks (has this run's data changed?), shared by concurrent pollers of one run and never

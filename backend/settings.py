@@ -95,6 +95,10 @@ class Settings(BaseSettings):
     seed_suite: bool = Field(True, description="Import the shipped reproduction (suite_file) at start.")
     preload_models: bool = Field(True, description="Load registered checkpoints at startup, not on first use.")
     result_cache_size: int = Field(512, ge=0, description="Evaluation results kept per process (LRU).")
+    cache_bytes: int = Field(64 << 20, ge=0, description="Bytes of serialised metric responses kept for "
+                             "pollers (LRU; a response larger than this is not kept).")
+    max_metric_keys: int = Field(1000, ge=1, le=1_000_000, description="Metric keys one run may hold; a "
+                                 "tracking batch that would add more is refused (422).")
     max_loaded_models: int = Field(4, ge=1, description="Checkpoints kept in memory at once (LRU).")
     job_grace_s: float = Field(10.0, ge=0, description="Seconds a cancelled worker gets before it is killed.")
     reconcile_s: float = Field(

@@ -9,10 +9,9 @@ from fastapi import APIRouter, Query, Request, Response
 
 from backend.api.deps import ReadsDep, SessionDep
 from backend.routers.runs import parse_keys
-from backend.schemas.runs import RunSource
+from backend.schemas.runs import DEFAULT_POINTS, MAX_POINTS, MIN_POINTS, RunSource
 from backend.services.executor import BUSY
 from backend.store.db import transaction
-from backend.store.downsample import MAX_POINTS
 from backend.store.groups import GroupSeriesResponse, GroupSummary, group_series, group_summaries
 
 router = APIRouter(prefix="/runs/groups", tags=["runs"])
@@ -42,11 +41,12 @@ async def read_group_series(
     experiment: Name,
     group: Name,
     keys: Annotated[str | None, Query(max_length=10_000, description="comma-separated metric keys")] = None,
-    max_points: Annotated[int | None, Query(ge=2, le=MAX_POINTS, description="keep every k-th aligned step "
-                                            "(and the last) so that at most this many remain")] = None,
+    max_points: Annotated[int, Query(ge=MIN_POINTS, le=MAX_POINTS, description="points per curve at most: each "
+                                     "run's series is downsampled by the store before alignment, and the "
+                                     "aligned curve by the same rule")] = DEFAULT_POINTS,
 ) -> Response:
     """One group's curves: at each step every run of the group logged, the mean, std, min and max
-    (whole series: read by the bounded read executor, like metric misses and compare)."""
+    (read by the bounded read executor, like metric misses and compare)."""
     parsed = parse_keys(keys)
     sessions = request.app.state.sessions
 

@@ -6,6 +6,8 @@ executor (services/executor.py: 429 with Retry-After when full)."""
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -15,6 +17,9 @@ from backend.api.deps import MetricsCacheDep, ReadsDep, SessionDep, TargetJobsDe
 from backend.schemas.base import MAX_DB_ID
 from backend.schemas.errors import InvalidInput
 from backend.schemas.runs import (
+    DEFAULT_POINTS,
+    MAX_POINTS,
+    MIN_POINTS,
     CompareRequest,
     CompareResponse,
     CompareRow,
@@ -32,7 +37,7 @@ from backend.services.cache import LruCache
 from backend.services.executor import BUSY
 from backend.store import metric_store, run_store
 from backend.store.db import transaction
-from backend.store.downsample import MAX_POINTS, MIN_POINTS, read_downsampled
+from backend.store.downsample import read_downsampled
 from backend.store.identity import update_identity
 
 router = APIRouter(prefix="/runs", tags=["runs"])
@@ -79,7 +84,26 @@ def parse_keys(keys: str | None) -> list[str] | None:
     return parsed
 
 
-MetricsQuery = tuple[int, tuple[str, ...] | None, int | None, int | None, int | None]  # run, keys, range, points
+# run, keys, step range, points, page cursor
+MetricsQuery = tuple[int, tuple[str, ...] | None, int | None, int | None, int, str | None]
+FIRST_PAGE = "start"
+
+
+def encode_cursor(cursor: metric_store.Cursor | None) -> str | None:
+    """A page cursor as URL-safe text (base64 of the JSON [key, step] the page starts at)."""
+    return None if cursor is None else base64.urlsafe_b64encode(json.dumps(list(cursor)).encode()).decode()
+
+
+def decode_cursor(text: str) -> metric_store.Cursor | None:
+    if text == FIRST_PAGE:
+        return None
+    try:
+        key, step = json.loads(base64.urlsafe_b64decode(text.encode()))
+    except (ValueError, TypeError):
+        key = step = None
+    if not isinstance(key, str) or not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= 2**62:
+        raise InvalidInput(f"cursor: {text[:40]!r} is not a cursor this API gave out (start with {FIRST_PAGE!r})")
+    return key, step
 
 
 def _metrics_version(sessions: sessionmaker[Session], run_id: int) -> tuple[int, int]:
@@ -90,14 +114,17 @@ def _metrics_version(sessions: sessionmaker[Session], run_id: int) -> tuple[int,
 
 def _metrics_body(sessions: sessionmaker[Session], cache: LruCache, query: MetricsQuery,
                   version: tuple[int, int]) -> bytes:
-    run_id, keys, min_step, max_step, max_points = query
+    run_id, keys, min_step, max_step, max_points, cursor = query
+    following = None
     with transaction(sessions) as s:
         reduced: list[str] = []
-        if max_points is None:
-            series = metric_store.read_metrics(s, run_id, keys, min_step, max_step)
-        else:
+        if cursor is None:
             series, reduced = read_downsampled(s, run_id, max_points, keys, min_step, max_step)
-    body = MetricsResponse(run_id=run_id, series=series, downsampled=reduced).model_dump_json().encode()
+        else:
+            series, following = metric_store.read_page(s, run_id, keys, min_step, max_step, decode_cursor(cursor),
+                                                       max_points)
+    body = MetricsResponse(run_id=run_id, series=series, downsampled=reduced,
+                           next_cursor=encode_cursor(following)).model_dump_json().encode()
     cache.put(query, (version, body))
     return body
 
@@ -111,16 +138,23 @@ async def read_run_metrics(
     keys: Annotated[str | None, Query(max_length=10_000, description="comma-separated metric keys")] = None,
     min_step: Step = None,
     max_step: Step = None,
-    max_points: Annotated[int | None, Query(
+    max_points: Annotated[int, Query(
         ge=MIN_POINTS, le=MAX_POINTS, description="at most this many points per key: each step bucket's "
-        "minimum and maximum and the last point are kept exactly (omit for every point)")] = None,
+        "minimum and maximum and the last point are kept exactly; with `cursor`, rows per page")] = DEFAULT_POINTS,
+    cursor: Annotated[str | None, Query(max_length=2000, description=f"page through every row instead: "
+                                        f"{FIRST_PAGE!r} for the first page, then each response's "
+                                        "`next_cursor`")] = None,
 ) -> Response:
-    """Metric series by key (all keys when `keys` is omitted); NaN/inf come back as null.
+    """Metric series by key (all keys when `keys` is omitted); NaN/inf come back as "nan", "inf",
+    "-inf", and each series lists its non-finite points in `nonfinite`.
 
-    With `max_points`, a longer series (within `min_step`..`max_step`) is downsampled in the database;
-    its key is listed in `downsampled`. A dashboard asks again with a step range when the user zooms."""
+    A series longer than `max_points` (within `min_step`..`max_step`) is downsampled in the database;
+    its key is listed in `downsampled`. A dashboard asks again with a step range when the user zooms.
+    With `cursor`, the full series come in pages of `max_points` rows in (key, step) order."""
     if min_step is not None and max_step is not None and min_step > max_step:
         raise InvalidInput(f"min_step: {min_step} is greater than max_step {max_step}")
+    if cursor is not None:
+        decode_cursor(cursor)  # a bad cursor is a 422 before any work
     parsed = parse_keys(keys)
     sessions = request.app.state.sessions
     # Dashboards poll the same series from many tabs. A poll whose answer is cached costs one
@@ -129,7 +163,7 @@ async def read_run_metrics(
     # once however many pollers ask for it at once.
     version = await request.app.state.checks.run(("version", run_id),
                                                  lambda: _metrics_version(sessions, run_id))
-    query = (run_id, None if parsed is None else tuple(parsed), min_step, max_step, max_points)
+    query = (run_id, None if parsed is None else tuple(parsed), min_step, max_step, max_points, cursor)
     hit = cache.get(query)
     if hit is not None and hit[0] == version:
         body = hit[1]
@@ -165,18 +199,22 @@ def _compare(sessions: sessionmaker[Session], body: CompareRequest) -> CompareRe
         table = metric_store.aggregate_metrics(session, run_ids, keys, body.agg, body.step)
         steps = (metric_store.steps_at_or_before(session, run_ids, keys, body.step)
                  if body.agg == "at_step" and body.step is not None else {})  # compare_runs refused at_step without one
-        series = {}
+        series, downsampled = {}, {}
         for run_id in run_ids:
-            by_key = metric_store.read_metrics(session, run_id, keys)
-            series[str(run_id)] = {k: SeriesXY(step=s.step, value=s.value) for k, s in by_key.items()}
+            by_key, reduced = read_downsampled(session, run_id, body.max_points, keys)
+            series[str(run_id)] = {k: SeriesXY(step=s.step, value=s.value, nonfinite=s.nonfinite)
+                                   for k, s in by_key.items()}
+            if reduced:
+                downsampled[str(run_id)] = reduced
     rows = [CompareRow(run_id=r, values=table[r], steps=steps.get(r)) for r in run_ids]
-    return CompareResponse(keys=keys, runs=runs, table=rows, series=series)
+    return CompareResponse(keys=keys, runs=runs, table=rows, series=series, downsampled=downsampled)
 
 
 @router.post("/compare", response_model=CompareResponse, responses=BUSY)
 async def compare_runs(request: Request, body: CompareRequest, reads: ReadsDep) -> Response:
-    """Several runs side by side: one aggregated value per (run, key) and every series by step
-    (whole series: read by the bounded read executor, like metric misses)."""
+    """Several runs side by side: one aggregated value per (run, key) and every series by step, each
+    downsampled to `max_points` like GET /runs/{id}/metrics (read by the bounded read executor, like
+    metric misses)."""
     if body.agg == "at_step" and body.step is None:
         raise InvalidInput("step: required when agg is 'at_step'")
     sessions = request.app.state.sessions

@@ -50,9 +50,10 @@ def create_tracked_run(session: SessionDep, body: TrackedRunCreate, response: Re
 
 
 @router.post("/{run_id}/log")
-def log_batch(session: SessionDep, run_id: RunId, body: LogBatch, secret: RunSecret = None) -> LogResult:
+def log_batch(session: SessionDep, settings: SettingsDep, run_id: RunId, body: LogBatch,
+              secret: RunSecret = None) -> LogResult:
     """Metric points and window plans; points and plan steps already stored are ignored."""
-    return tracking.log_batch(session, run_id, body, secret)
+    return tracking.log_batch(session, run_id, body, secret, settings.max_metric_keys)
 
 
 @router.post("/{run_id}/status")

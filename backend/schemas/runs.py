@@ -12,6 +12,12 @@ from backend.schemas.base import DbId, DbStep, Plan, Request, Response
 
 RunStatus = Literal["SCHEDULED", "PENDING", "RUNNING", "FINISHED", "FAILED", "KILLED"]
 RunSource = Literal["job", "tracked", "imported", "suite", "paper"]
+NonFiniteKind = Literal["nan", "inf", "-inf"]
+# A metric value in a response: a finite float, or the kind of a non-finite one (JSON has no NaN).
+MetricValue = float | NonFiniteKind
+DEFAULT_POINTS = 2000  # points per series when a read does not say
+MIN_POINTS = 3  # one bucket's minimum and maximum, and the last point
+MAX_POINTS = 100_000  # the most a request may ask for (a downsampled response stays a few MB)
 
 
 class Progress(Response):
@@ -26,7 +32,9 @@ class RunPublic(Response):
     status: RunStatus
     preset: str | None
     params: dict[str, str]
-    summary: dict[str, float | None]
+    summary: dict[str, MetricValue | None] = Field(description="latest value per key (at most SUMMARY_KEYS "
+                                                   "keys, by name; `n_keys` counts them all)")
+    n_keys: int = Field(0, description="metric keys the run holds")
     created_at: str
     started_at: str | None
     ended_at: str | None
@@ -49,10 +57,21 @@ class RunPublic(Response):
     pending_reason: str | None = Field(None, description="while PENDING: why the engine has not started it")
 
 
+class NonFinite(Response):
+    """The non-finite points of a series in the range read, by step: every one of them, also those a
+    downsampled read left out (a NaN or inf in a bucket of finite values), up to the read's
+    ``max_points`` (the first ones by step; ``total`` counts them all)."""
+
+    step: list[int] = Field(default_factory=list)
+    kind: list[NonFiniteKind] = Field(default_factory=list)
+    total: int = 0
+
+
 class MetricSeries(Response):
     step: list[int]
-    value: list[float | None]
+    value: list[MetricValue | None]
     timestamp: list[float]
+    nonfinite: NonFinite = Field(default_factory=NonFinite)
 
 
 class MetricsResponse(Response):
@@ -60,6 +79,8 @@ class MetricsResponse(Response):
     series: dict[str, MetricSeries]
     downsampled: list[str] = Field(default_factory=list, description="keys reduced to max_points (bucket "
                                    "minima and maxima and the last point); the others are complete")
+    next_cursor: str | None = Field(None, description="with `cursor`: the cursor of the next page; null on "
+                                    "the last page")
 
 
 class RunWindowsResponse(Response):
@@ -139,18 +160,21 @@ class CompareRequest(Request):
     keys: list[Annotated[str, Field(max_length=250)]] | None = Field(None, max_length=200)
     agg: Literal["last", "min", "max", "at_step"] = "last"
     step: DbStep | None = None
+    max_points: int = Field(DEFAULT_POINTS, ge=MIN_POINTS, le=MAX_POINTS, description="points per series at "
+                            "most: longer ones are downsampled like GET /runs/{id}/metrics")
 
 
 class CompareRow(Response):
     run_id: int
-    values: dict[str, float | None]
+    values: dict[str, MetricValue | None]
     steps: dict[str, int | None] | None = Field(
         None, description="with agg=at_step: the stored step each value was read at (the last one <= step)")
 
 
 class SeriesXY(Response):
     step: list[int]
-    value: list[float | None]
+    value: list[MetricValue | None]
+    nonfinite: NonFinite = Field(default_factory=NonFinite)
 
 
 class CompareResponse(Response):
@@ -158,6 +182,8 @@ class CompareResponse(Response):
     runs: list[RunPublic]
     table: list[CompareRow]
     series: dict[str, dict[str, SeriesXY]]
+    downsampled: dict[str, list[str]] = Field(default_factory=dict, description="per run id, the keys "
+                                              "reduced to max_points")
 
 
 class RunPlanRef(Request):

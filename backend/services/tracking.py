@@ -127,8 +127,9 @@ def _metric_rows(body: LogBatch) -> list[metric_store.MetricRow]:
     return rows
 
 
-def log_batch(s: Session, run_id: int, body: LogBatch, secret: str | None) -> LogResult:
-    """Store a batch of metric points and plans, ignoring what is stored already; move progress forward.
+def log_batch(s: Session, run_id: int, body: LogBatch, secret: str | None, max_keys: int | None = None) -> LogResult:
+    """Store a batch of metric points and plans, ignoring what is stored already; move progress forward
+    (``max_keys``: the most metric keys the run may hold, AAH_MAX_METRIC_KEYS).
 
     An ended run takes only what it holds already (a replayed spool): nothing new, nothing different."""
     run = _tracked_run(s, run_id, secret)
@@ -137,7 +138,7 @@ def log_batch(s: Session, run_id: int, body: LogBatch, secret: str | None) -> Lo
     ended = run.status not in ACTIVE_STATUSES
     if ended:
         _check_replay(s, run, rows)
-    written = 0 if ended else metric_store.log_metrics(s, run_id, rows)
+    written = 0 if ended else metric_store.log_metrics(s, run_id, rows, max_keys)
     stored = _stored_plans(s, run_id, [step for step, _ in plans])
     new_plans = 0
     for step, windows in plans:

@@ -18,19 +18,18 @@ step by step and summarized from its rows. Either way a read touches a few rows 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Connection, select
+from sqlalchemy import ColumnElement, Connection, Row, or_, select
 from sqlalchemy.orm import Session
 
-from backend.schemas.runs import MetricSeries
+from backend.schemas.runs import MIN_POINTS, MetricSeries, NonFinite
 from backend.store import rollups
-from backend.store.run_store import run_exists
+from backend.store.run_store import IN_BATCH, batched, run_exists
 from backend.store.tables import LatestMetric, Metric
 
-MIN_POINTS = 3  # one bucket's minimum and maximum, and the last point
-MAX_POINTS = 100_000  # the most a request may ask for (a downsampled response stays a few MB)
+Point = tuple[int, float | str | None, float]  # step, value (or its non-finite kind), timestamp
 
 
 def n_buckets(max_points: int) -> int:
@@ -66,15 +65,27 @@ def layout(first_step: int, last_step: int, max_points: int) -> Cut:
     return Cut(unit, first_step // unit, cells, min(nb, cells), level)
 
 
+def reduce_points(points: Sequence[tuple], max_points: int, value: Callable[[tuple], float | None]) -> list[tuple]:
+    """The store's rule on points held in memory (by step; ``value(point)`` the number it ranks by,
+    None when not finite): per bucket of ``layout`` the points of the minimum and the maximum (the
+    first point when none is finite), and the last point. Group curves are reduced so."""
+    if len(points) <= max_points:
+        return list(points)
+    cut = layout(points[0][0], points[-1][0], max_points)
+    buckets = rollups.summarize([(p[0], value(p), i) for i, p in enumerate(points)], cut.bucket)
+    chosen = {int(i) for b in buckets.values() for _, _, i in b.rows()} | {len(points) - 1}
+    return [points[i] for i in sorted(chosen)]
+
+
 def read_downsampled(s: Session, run_id: int, max_points: int, keys: Sequence[str] | None = None,
                      min_step: int | None = None, max_step: int | None = None,
                      ) -> tuple[dict[str, MetricSeries], list[str]]:
-    """Series per key with at most ``max_points`` points each, and the keys that were downsampled."""
+    """Series per key with at most ``max_points`` points each (and their non-finite points), and the
+    keys that were downsampled."""
     if max_points < MIN_POINTS:
         raise ValueError(f"max_points must be at least {MIN_POINTS}")
     run_exists(s, run_id)
-    counts = dict(s.execute(select(LatestMetric.key, LatestMetric.n_rows).where(LatestMetric.run_id == run_id)
-                            .order_by(LatestMetric.key)).tuples().all())
+    counts = _row_counts(s, run_id, keys)
     wanted = list(counts) if keys is None else [k for k in dict.fromkeys(keys) if k in counts]
     conn = s.connection()
     out: dict[str, MetricSeries] = {}
@@ -83,15 +94,40 @@ def read_downsampled(s: Session, run_id: int, max_points: int, keys: Sequence[st
         where = _range(run_id, key, min_step, max_step)
         # a short series is sent whole; LIMIT keeps the probe cheap when the count is stale or partial
         limit = max_points + 1 if min_step is not None or max_step is not None or counts[key] > max_points else None
-        rows = conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(*where)
-                            .order_by(Metric.step, Metric.id).limit(limit)).tuples().all()
+        rows = conn.execute(select(*_POINT).where(*where).order_by(Metric.step).limit(limit)).all()
         if len(rows) > max_points:
-            rows = _reduced(conn, where, run_id, key, rows[0][0], max_points)
+            points, nonfinite = _reduced(conn, where, run_id, key, rows[0].step, max_points)
             reduced.append(key)
-        if rows:
-            out[key] = MetricSeries(step=[r[0] for r in rows], value=[r[1] for r in rows],
-                                    timestamp=[r[2] for r in rows])
+        else:
+            points = [_point(row) for row in rows]
+            nonfinite = nonfinite_of(points, max_points)
+        if points:
+            out[key] = MetricSeries(step=[p[0] for p in points], value=[p[1] for p in points],
+                                    timestamp=[p[2] for p in points], nonfinite=nonfinite)
     return out, reduced
+
+
+def _row_counts(s: Session, run_id: int, keys: Sequence[str] | None) -> dict[str, int]:
+    query = select(LatestMetric.key, LatestMetric.n_rows).where(LatestMetric.run_id == run_id)
+    if keys is None:
+        return dict(s.execute(query.order_by(LatestMetric.key)).tuples().all())
+    return {k: n for chunk in batched(list(dict.fromkeys(keys)))
+            for k, n in s.execute(query.where(LatestMetric.key.in_(chunk))).tuples()}
+
+
+# step, value and kind (NULL when finite), timestamp
+_POINT = (Metric.step, Metric.value, Metric.special, Metric.timestamp)
+
+
+def _point(row: Row | tuple) -> Point:
+    step, value, special, ts = row
+    return step, value if special is None else special, ts
+
+
+def nonfinite_of(points: Sequence[Point], limit: int) -> NonFinite:
+    """The first ``limit`` non-finite points (by the order given) and their total."""
+    found = [(p[0], p[1]) for p in points if isinstance(p[1], str)]
+    return NonFinite(step=[p[0] for p in found[:limit]], kind=[p[1] for p in found[:limit]], total=len(found))
 
 
 def _range(run_id: int, key: str, min_step: int | None, max_step: int | None) -> list[ColumnElement[bool]]:
@@ -103,29 +139,61 @@ def _range(run_id: int, key: str, min_step: int | None, max_step: int | None) ->
     return where
 
 
-def _rows(conn: Connection, where: list[ColumnElement[bool]], *steps: ColumnElement[bool],
-          ) -> Sequence[tuple[int, float | None, float]]:
-    return conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(*where, *steps)).tuples().all()
+def _rows(conn: Connection, where: list[ColumnElement[bool]], *steps: ColumnElement[bool]) -> list[Point]:
+    return [_point(row) for row in conn.execute(select(*_POINT).where(*where, *steps))]
+
+
+def _finite(points: Sequence[Point]) -> list[tuple[int, float | None, float]]:
+    """Points as the rollups take them: a non-finite value is None."""
+    return [(step, None if isinstance(value, str) else value, ts) for step, value, ts in points]
 
 
 def _reduced(conn: Connection, where: list[ColumnElement[bool]], run_id: int, key: str, first: int,
-             max_points: int) -> list[tuple[int, float | None, float]]:
-    """The chosen rows of the range ``where`` (first step ``first``), by step."""
-    last_row = conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(*where)
-                            .order_by(Metric.step.desc()).limit(1)).one()
-    cut = layout(first, last_row.step, max_points)
+             max_points: int) -> tuple[list[Point], NonFinite]:
+    """The chosen rows of the range ``where`` (first step ``first``), by step, and its non-finite rows."""
+    last_row = _point(conn.execute(select(*_POINT).where(*where).order_by(Metric.step.desc()).limit(1)).one())
+    cut = layout(first, last_row[0], max_points)
     if cut.level is None:  # fewer than 16 steps per bucket: the range's own rows
-        buckets = rollups.summarize(_rows(conn, where), cut.bucket)
+        points = _rows(conn, where)
+        nonfinite = nonfinite_of(sorted(points), max_points)
+        buckets = rollups.summarize(_finite(points), cut.bucket)
     else:
         w = cut.unit
-        r0, r1 = first // w, last_row.step // w
+        r0, r1 = first // w, last_row[0] // w
         # rollup buckets strictly inside the range hold only steps of it; the two at its ends may hold
         # steps outside a zoomed range, so they are summarized from the range's own rows
         parts = rollups.read(conn, run_id, key, cut.level, r0 + 1, r1 - 1)
-        for lo, hi in {(first, (r0 + 1) * w - 1), (r1 * w, last_row.step)}:
-            edge = _rows(conn, where, Metric.step.between(lo, hi))
+        for lo, hi in {(first, (r0 + 1) * w - 1), (r1 * w, last_row[0])}:
+            edge = _finite(_rows(conn, where, Metric.step.between(lo, hi)))
             parts.update(rollups.summarize(edge, lambda step: step // w))
+        flagged = [(max(b * w, first), min((b + 1) * w - 1, last_row[0]))
+                   for b, part in sorted(parts.items()) if part.n_nonfinite]
+        nonfinite = _search_nonfinite(conn, where, flagged, sum(p.n_nonfinite for p in parts.values()), max_points)
         buckets = rollups.regroup(parts, lambda b: cut.bucket(b * w))
-    chosen = {row[0]: row for bucket in buckets.values() for row in bucket.rows()}
-    chosen[last_row.step] = last_row.tuple()
-    return [chosen[step] for step in sorted(chosen)]
+    chosen: dict[int, Point] = {row[0]: row for bucket in buckets.values() for row in bucket.rows()}
+    chosen[last_row[0]] = last_row
+    _name_kinds(conn, where, chosen)
+    return [chosen[step] for step in sorted(chosen)], nonfinite
+
+
+def _search_nonfinite(conn: Connection, where: list[ColumnElement[bool]], ranges: list[tuple[int, int]],
+                      total: int, limit: int) -> NonFinite:
+    """The first ``limit`` non-finite rows in the step ``ranges`` (the buckets whose count says they
+    hold some), ``total`` of them in all."""
+    found: list[tuple[int, str]] = []
+    for chunk in batched(ranges, IN_BATCH // 2):
+        if len(found) >= limit:
+            break
+        steps = or_(*(Metric.step.between(lo, hi) for lo, hi in chunk))
+        found += conn.execute(select(Metric.step, Metric.special).where(*where, Metric.special.is_not(None), steps)
+                              .order_by(Metric.step).limit(limit - len(found))).tuples().all()
+    return NonFinite(step=[f[0] for f in found], kind=[f[1] for f in found], total=total)
+
+
+def _name_kinds(conn: Connection, where: list[ColumnElement[bool]], chosen: dict[int, Point]) -> None:
+    """The kind of each chosen non-finite row (a bucket with no finite value is shown by its first row,
+    whose value the rollups do not keep)."""
+    unnamed = [step for step, (_, value, _) in chosen.items() if value is None]
+    for chunk in batched(unnamed):
+        for step, special in conn.execute(select(Metric.step, Metric.special).where(*where, Metric.step.in_(chunk))):
+            chosen[step] = (step, special, chosen[step][2])

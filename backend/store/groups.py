@@ -15,6 +15,10 @@ Honest aggregation rules (docs/api.md, "Groups"):
   coverage metrics, written when the controller changes the plan) holds its value until the next
   change. ``steps_dropped`` counts the steps outside the common span (a run still training shortens
   the curve). A step logged twice counts its last value.
+- Curves are bounded like every series read: each run's series is read downsampled by the store
+  (backend/downsample.py, at most ``max_points`` points: its bucket minima and maxima and its last
+  point) before the runs are aligned, and the aligned curve is reduced by the same rule, ranked by
+  its mean. ``nonfinite`` lists each run's NaN and inf points, which the mean leaves out.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from sqlalchemy.orm import Session
 
 from backend.schemas.base import Response
 from backend.schemas.errors import NotFound
+from backend.schemas.runs import DEFAULT_POINTS, NonFinite
 from backend.store import metric_store, run_store
+from backend.store.downsample import read_downsampled, reduce_points
 from backend.store.tables import Experiment, Run, RunTag
 
 MAX_GROUP_RUNS = 1000
@@ -60,7 +66,9 @@ class GroupCurve(Response):
     max: list[float | None]
     n: list[int]
     run_ids: list[int] = Field(description="the runs of the group that logged this key")
-    steps_dropped: int = Field(description="steps logged by some of these runs but not all (left out)")
+    steps_dropped: int = Field(description="steps read from some of these runs but not all (left out)")
+    nonfinite: dict[str, NonFinite] = Field(default_factory=dict, description="per run id (those with any): "
+                                            "its non-finite points, which the statistics leave out")
 
 
 class GroupSeriesResponse(Response):
@@ -73,7 +81,7 @@ class GroupSeriesResponse(Response):
 
 def describe(values: Sequence[float | None]) -> GroupStat | None:
     """Mean, sample std, min and max of the finite values; None when there are none."""
-    xs = [float(v) for v in values if v is not None and math.isfinite(v)]
+    xs = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
     if not xs:
         return None
     mean = math.fsum(xs) / len(xs)
@@ -81,9 +89,10 @@ def describe(values: Sequence[float | None]) -> GroupStat | None:
     return GroupStat(n=len(xs), mean=mean, std=std, min=min(xs), max=max(xs))
 
 
-def align(runs: dict[int, tuple[Sequence[int], Sequence[float | None]]], max_points: int | None = None) -> GroupCurve:
-    """One curve from several runs' (steps, values) of one key, aligned by step (see module doc);
-    with `max_points`, every k-th aligned step (and the last) is kept."""
+def align(runs: dict[int, tuple[Sequence[int], Sequence[float | str | None]]],
+          max_points: int = DEFAULT_POINTS) -> GroupCurve:
+    """One curve from several runs' (steps, values) of one key, aligned by step (see module doc),
+    reduced to at most `max_points` steps by the store's rule, ranked by the mean."""
     per_run = [sorted(dict(zip(steps, values)).items()) for steps, values in runs.values() if steps]
     if not per_run:
         return GroupCurve(step=[], mean=[], std=[], min=[], max=[], n=[], run_ids=sorted(runs), steps_dropped=0)
@@ -91,10 +100,7 @@ def align(runs: dict[int, tuple[Sequence[int], Sequence[float | None]]], max_poi
     every = sorted({step for r in per_run for step, _ in r})
     common = [step for step in every if lo <= step <= hi]
     dropped = len(every) - len(common)
-    if max_points is not None and len(common) > max_points >= 2:
-        stride = math.ceil((len(common) - 1) / (max_points - 1))
-        common = common[:-1][::stride] + [common[-1]]
-    curve: dict[str, list] = {"step": common, "mean": [], "std": [], "min": [], "max": [], "n": []}
+    stats = []
     cursors = [0] * len(per_run)
     for step in common:
         values = []
@@ -102,10 +108,12 @@ def align(runs: dict[int, tuple[Sequence[int], Sequence[float | None]]], max_poi
             while cursors[i] + 1 < len(series) and series[cursors[i] + 1][0] <= step:
                 cursors[i] += 1
             values.append(series[cursors[i]][1])
-        stat = describe(values)
-        curve["n"].append(0 if stat is None else stat.n)
-        for field in ("mean", "std", "min", "max"):
-            curve[field].append(None if stat is None else getattr(stat, field))
+        stats.append((step, describe(values)))
+    stats = reduce_points(stats, max_points, lambda point: None if point[1] is None else point[1].mean)
+    curve: dict[str, list] = {"step": [step for step, _ in stats],
+                              "n": [0 if stat is None else stat.n for _, stat in stats]}
+    for field in ("mean", "std", "min", "max"):
+        curve[field] = [None if stat is None else getattr(stat, field) for _, stat in stats]
     return GroupCurve(**curve, run_ids=sorted(runs), steps_dropped=dropped)
 
 
@@ -139,7 +147,7 @@ def group_summaries(s: Session, *, keys: Sequence[str] | None = None, agg: str =
     groups = _group_runs(s, experiment=experiment, group=group, source=source, tag=tag)
     run_ids = [r[0] for runs in groups.values() for r in runs]
     if keys is None:
-        latest = run_store.latest_values(s, run_ids)
+        latest = run_store.latest_values(s, run_ids, run_store.SUMMARY_KEYS)
         keys = sorted({k for values in latest.values() for k in values})
     values = metric_store.aggregate_metrics(s, run_ids, list(keys), agg) if run_ids and keys else {}
     out = []
@@ -152,15 +160,21 @@ def group_summaries(s: Session, *, keys: Sequence[str] | None = None, agg: str =
 
 
 def group_series(s: Session, experiment: str, group: str, keys: Sequence[str] | None = None,
-                 max_points: int | None = None) -> GroupSeriesResponse:
+                 max_points: int = DEFAULT_POINTS) -> GroupSeriesResponse:
     """The group's curves: per key, mean / std / min / max over its runs at each aligned step."""
     runs = _group_runs(s, experiment=experiment, group=group).get((experiment, group))
     if not runs:
         raise NotFound(f"no runs in group {group!r} of experiment {experiment!r}")
-    per_key: dict[str, dict[int, tuple[Sequence[int], Sequence[float | None]]]] = defaultdict(dict)
+    per_key: dict[str, dict[int, tuple[list[int], list[float | str | None]]]] = defaultdict(dict)
+    nonfinite: dict[str, dict[str, NonFinite]] = defaultdict(dict)
     for run_id, _, _ in runs:
-        for key, series in metric_store.read_metrics(s, run_id, keys).items():
+        for key, series in read_downsampled(s, run_id, max_points, keys)[0].items():
             per_key[key][run_id] = (series.step, series.value)
+            if series.nonfinite.total:
+                nonfinite[key][str(run_id)] = series.nonfinite
+    curves = {}
+    for key, by_run in sorted(per_key.items()):
+        curves[key] = align(by_run, max_points)
+        curves[key].nonfinite = nonfinite[key]
     return GroupSeriesResponse(experiment=experiment, group=group, run_ids=[r[0] for r in runs],
-                               seeds=[r[1] for r in runs],
-                               series={k: align(v, max_points) for k, v in sorted(per_key.items())})
+                               seeds=[r[1] for r in runs], series=curves)

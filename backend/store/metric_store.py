@@ -11,15 +11,16 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import case, func, null, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from backend.schemas.errors import NotFound
-from backend.schemas.runs import MetricSeries
+from backend.schemas.errors import InvalidInput, NotFound
+from backend.schemas.runs import MetricSeries, MetricValue
 from backend.store import rollups
 from backend.store.db import upsert
-from backend.store.run_store import run_exists
+from backend.store.downsample import nonfinite_of
+from backend.store.run_store import batched, run_exists
 from backend.store.tables import LatestMetric, Metric, Run
 
 MetricRow = tuple[str, int, float, float]  # key, step, value, timestamp (epoch seconds)
@@ -39,9 +40,10 @@ _METRIC_COLUMNS = ("run_id", "key", "step", "value", "special", "timestamp")
 UNIQUE_VIOLATION = "23505"  # PostgreSQL's SQLSTATE
 
 
-def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
+def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow], max_keys: int | None = None) -> int:
     """Insert metric rows, ignoring (run, key, step) already stored; move each key's latest value forward
-    and its row count up; returns rows written.
+    and its row count up; returns rows written. With ``max_keys``, a batch that would give the run more
+    keys than that is refused whole (422): every read and summary of a run is bounded by its keys.
 
     A step sent twice is stored once (the first value stays): a tracking client that retries a batch or
     replays its spool cannot duplicate a point. One statement per table and batch, bypassing SQLAlchemy's
@@ -73,6 +75,8 @@ def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
     if not records:
         return 0
     counts = {key: len(key_points) for key, key_points in points.items()}
+    if max_keys is not None:
+        _check_key_count(s, run_id, list(counts), max_keys)
     conn = s.connection()
     insert = f"INSERT INTO metrics ({', '.join(_METRIC_COLUMNS)}) "
     if conn.dialect.name == "postgresql":
@@ -98,6 +102,18 @@ def log_metrics(s: Session, run_id: int, rows: Iterable[MetricRow]) -> int:
     return written
 
 
+def _check_key_count(s: Session, run_id: int, keys: list[str], max_keys: int) -> None:
+    held = s.scalar(select(func.count()).where(LatestMetric.run_id == run_id)) or 0
+    if held + len(keys) <= max_keys:  # cheap: even were every key new, the run stays within the limit
+        return
+    known = sum(len(s.scalars(select(LatestMetric.key).where(LatestMetric.run_id == run_id,
+                                                             LatestMetric.key.in_(chunk))).all())
+                for chunk in batched(keys))
+    if held + len(keys) - known > max_keys:
+        raise InvalidInput(f"metrics: run {run_id} holds {held} metric keys and this batch adds "
+                           f"{len(keys) - known}; a run may hold at most {max_keys} (AAH_MAX_METRIC_KEYS)")
+
+
 def _pg_insert_metrics(s: Session, insert: str, run_id: int, records: Iterable[tuple]) -> int:
     """One INSERT of the run id and five arrays, sent in binary; returns rows written.
 
@@ -121,8 +137,9 @@ def _pg_insert_metrics(s: Session, insert: str, run_id: int, records: Iterable[t
 def _recount(s: Session, run_id: int, keys: list[str]) -> None:
     count = (select(func.count()).select_from(Metric)
              .where(Metric.run_id == LatestMetric.run_id, Metric.key == LatestMetric.key).scalar_subquery())
-    s.execute(update(LatestMetric).where(LatestMetric.run_id == run_id, LatestMetric.key.in_(keys))
-              .values(n_rows=count))
+    for chunk in batched(keys):
+        s.execute(update(LatestMetric).where(LatestMetric.run_id == run_id, LatestMetric.key.in_(chunk))
+                  .values(n_rows=count))
 
 
 def stored_values(s: Session, run_id: int, key: str, steps: Sequence[int],
@@ -144,23 +161,56 @@ def metric_keys(s: Session, run_id: int) -> list[str]:
 
 def read_metrics(s: Session, run_id: int, keys: Sequence[str] | None = None, min_step: int | None = None,
                  max_step: int | None = None) -> dict[str, MetricSeries]:
-    """Series per key, ordered by step (one row per step)."""
+    """Every row of the series per key, ordered by step (one row per step), non-finite values as their
+    kind. Unbounded: for the engine's own use (tests, migrations); HTTP reads are downsampled or paged."""
     run_exists(s, run_id)
-    query = select(Metric.key, Metric.step, Metric.value, Metric.timestamp).where(Metric.run_id == run_id)
+    out: dict[str, MetricSeries] = {}
+    for chunk in [None] if keys is None else batched(list(keys)):
+        out.update(_series(s.connection().execute(_rows_query(run_id, chunk, min_step, max_step))))
+    return out
+
+
+Cursor = tuple[str, int]  # the (key, step) a page starts at
+
+
+def read_page(s: Session, run_id: int, keys: Sequence[str] | None, min_step: int | None, max_step: int | None,
+              cursor: Cursor | None, limit: int) -> tuple[dict[str, MetricSeries], Cursor | None]:
+    """One page of the full series: at most ``limit`` rows in (key, step) order from ``cursor`` (None:
+    the first row), and the cursor of the next page (None after the last row)."""
+    run_exists(s, run_id)
+    query = _rows_query(run_id, keys, min_step, max_step)
+    if cursor is not None:
+        key, step = cursor
+        query = query.where((Metric.key > key) | ((Metric.key == key) & (Metric.step >= step)))
+    rows = s.connection().execute(query.limit(limit + 1)).all()
+    following = (rows[limit].key, rows[limit].step) if len(rows) > limit else None
+    return _series(rows[:limit]), following
+
+
+def _rows_query(run_id: int, keys: Sequence[str] | None, min_step: int | None, max_step: int | None):  # noqa: ANN202
+    query = select(Metric.key, Metric.step, Metric.value, Metric.special, Metric.timestamp).where(
+        Metric.run_id == run_id)
     if keys is not None:
         query = query.where(Metric.key.in_(list(keys)))
     if min_step is not None:
         query = query.where(Metric.step >= min_step)
     if max_step is not None:
         query = query.where(Metric.step <= max_step)
+    return query.order_by(Metric.key, Metric.step)
+
+
+def _series(rows: Iterable) -> dict[str, MetricSeries]:
+    """MetricSeries per key of (key, step, value, special, timestamp) rows in (key, step) order."""
     cols: dict[str, tuple[list, list, list]] = {}
     # Core rows on the session's connection: a third faster than ORM rows for long series.
-    for key, step, value, ts in s.connection().execute(query.order_by(Metric.key, Metric.step)):
+    for key, step, value, special, ts in rows:
         steps, values, stamps = cols.setdefault(key, ([], [], []))
         steps.append(step)
-        values.append(value)
+        values.append(value if special is None else special)
         stamps.append(ts)
-    return {k: MetricSeries(step=a, value=b, timestamp=c) for k, (a, b, c) in cols.items()}
+    return {key: MetricSeries(step=steps, value=values, timestamp=stamps,
+                              nonfinite=nonfinite_of(list(zip(steps, values, stamps)), len(steps)))
+            for key, (steps, values, stamps) in cols.items()}
 
 
 def metrics_version(s: Session, run_id: int) -> tuple[int, int]:
@@ -171,27 +221,31 @@ def metrics_version(s: Session, run_id: int) -> tuple[int, int]:
 
 
 def aggregate_metrics(s: Session, run_ids: Sequence[int], keys: Sequence[str], agg: str,
-                      step: int | None = None) -> dict[int, dict[str, float | None]]:
-    """One value per (run, key): the last, min or max value, or the value at the last step <= ``step``.
+                      step: int | None = None) -> dict[int, dict[str, MetricValue | None]]:
+    """One value per (run, key): the last, min or max value, or the value at the last step <= ``step``
+    (a non-finite one as its kind).
 
     Non-finite values are NULL in the store, so min/max skip them.
     """
-    out: dict[int, dict[str, float | None]] = {r: dict.fromkeys(keys) for r in run_ids}
-    if agg == "last":
-        query = select(LatestMetric.run_id, LatestMetric.key, LatestMetric.value)
-        query = query.where(LatestMetric.run_id.in_(run_ids), LatestMetric.key.in_(keys))
-    elif agg in ("min", "max"):
-        fn = func.min if agg == "min" else func.max
-        query = select(Metric.run_id, Metric.key, fn(Metric.value)).where(
-            Metric.run_id.in_(run_ids), Metric.key.in_(keys)).group_by(Metric.run_id, Metric.key)
-    else:
-        last = _steps_at_or_before(run_ids, keys, step).subquery()
-        query = select(Metric.run_id, Metric.key, Metric.value).join(
-            last, (Metric.run_id == last.c.run_id) & (Metric.key == last.c.key) & (Metric.step == last.c.step)
-        )
-    for run_id, key, value in s.execute(query):
-        out[run_id][key] = value
+    out: dict[int, dict[str, MetricValue | None]] = {r: dict.fromkeys(keys) for r in run_ids}
+    for ids in batched(list(run_ids), 100):
+        for chunk in batched(list(keys), 400):  # at most 500 ids and keys a statement
+            for run_id, key, value, special in s.execute(_aggregate(ids, chunk, agg, step)):
+                out[run_id][key] = value if special is None else special
     return out
+
+
+def _aggregate(run_ids: list[int], keys: list[str], agg: str, step: int | None):  # noqa: ANN202
+    if agg == "last":
+        return select(LatestMetric.run_id, LatestMetric.key, LatestMetric.value, LatestMetric.special).where(
+            LatestMetric.run_id.in_(run_ids), LatestMetric.key.in_(keys))
+    if agg in ("min", "max"):
+        fn = func.min if agg == "min" else func.max
+        return select(Metric.run_id, Metric.key, fn(Metric.value), null()).where(
+            Metric.run_id.in_(run_ids), Metric.key.in_(keys)).group_by(Metric.run_id, Metric.key)
+    last = _steps_at_or_before(run_ids, keys, step).subquery()
+    return select(Metric.run_id, Metric.key, Metric.value, Metric.special).join(
+        last, (Metric.run_id == last.c.run_id) & (Metric.key == last.c.key) & (Metric.step == last.c.step))
 
 
 def _steps_at_or_before(run_ids: Sequence[int], keys: Sequence[str], step: int | None):
@@ -205,6 +259,8 @@ def steps_at_or_before(s: Session, run_ids: Sequence[int], keys: Sequence[str],
     """Per (run, key): the stored step that `aggregate_metrics(..., "at_step", step)` reads (the last
     step <= ``step``), or None when the series starts later."""
     out: dict[int, dict[str, int | None]] = {r: dict.fromkeys(keys) for r in run_ids}
-    for run_id, key, found in s.execute(_steps_at_or_before(run_ids, keys, step)):
-        out[run_id][key] = found
+    for ids in batched(list(run_ids), 100):
+        for chunk in batched(list(keys), 400):
+            for run_id, key, found in s.execute(_steps_at_or_before(ids, chunk, step)):
+                out[run_id][key] = found
     return out

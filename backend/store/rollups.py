@@ -4,8 +4,10 @@ downsampled read of a long range touches about as many rows as it returns (backe
 Level ``l`` cuts the steps into buckets of ``width(l) = 16 * 4**l`` steps (16, 64, 256, ... up to
 about 67 M): bucket ``b`` holds steps ``[b * w, (b + 1) * w)``. A rollup row keeps a bucket's first
 row and the rows of its minimum and of its maximum finite value (step, value and timestamp, so a
-read needs no other row; NULL when no value in it is finite; on a tie, the smaller step). A bucket
-of level ``l + 1`` is the merge of four of level ``l``, so levels are built from the one below.
+read needs no other row; NULL when no value in it is finite; on a tie, the smaller step), and how many
+of its rows are not finite (NaN, +-inf), so that a read finds a divergence in a range of finite
+buckets without scanning their rows. A bucket of level ``l + 1`` is the merge of four of level ``l``,
+so levels are built from the one below.
 
 The rows are kept in the transaction that writes the metric rows (metric_store.log_metrics): when every
 row of a batch was new, the batch's own summaries are merged into the stored ones by one upsert;
@@ -34,13 +36,14 @@ def width(level: int) -> int:
     return BASE_WIDTH * FACTOR ** level
 
 
-COLUMNS = ("first_step", "first_ts", "lo_step", "lo_value", "lo_ts", "hi_step", "hi_value", "hi_ts")
+BASE_COLUMNS = ("first_step", "first_ts", "lo_step", "lo_value", "lo_ts", "hi_step", "hi_value", "hi_ts")
+COLUMNS = (*BASE_COLUMNS, "n_nonfinite")  # the count came with migration 0011; 0008 builds the others
 
 
 @dataclass(slots=True)
 class Summary:
     """One bucket: (step, timestamp) of its first row and (step, value, timestamp) of its rows holding
-    the finite minimum and maximum (None when no value in it is finite)."""
+    the finite minimum and maximum (None when no value in it is finite), and its non-finite rows."""
 
     first_step: int
     first_ts: float
@@ -50,8 +53,10 @@ class Summary:
     hi_step: int | None = None
     hi_value: float | None = None
     hi_ts: float | None = None
+    n_nonfinite: int = 0
 
     def merge(self, other: Summary) -> None:
+        self.n_nonfinite += other.n_nonfinite
         if other.first_step < self.first_step:
             self.first_step, self.first_ts = other.first_step, other.first_ts
         mine, theirs = self.lo, other.lo
@@ -97,9 +102,9 @@ def summarize(points: Iterable[tuple[int, float | None, float]], bucket: Callabl
         finite = [p for p in group if p[1] is not None]
         if finite:
             lo, hi = min(finite, key=itemgetter(1)), max(finite, key=itemgetter(1))
-            out[b] = Summary(group[0][0], group[0][2], *lo, *hi)
+            out[b] = Summary(group[0][0], group[0][2], *lo, *hi, n_nonfinite=len(group) - len(finite))
         else:
-            out[b] = Summary(group[0][0], group[0][2])
+            out[b] = Summary(group[0][0], group[0][2], n_nonfinite=len(group))
     return out
 
 
@@ -140,7 +145,7 @@ def add(conn: Connection, run_id: int, points: dict[str, list[tuple[int, float |
     insert = f"INSERT INTO metric_rollups (run_id, key, level, bucket, {', '.join(COLUMNS)}) "
     if conn.dialect.name == "postgresql":  # the run id and twelve arrays, sent in binary
         types = ("text", "int", "bigint", "bigint", "float8", "bigint", "float8", "float8", "bigint", "float8",
-                 "float8")
+                 "float8", "bigint")
         arrays = ", ".join(f"%b::{t}[]" for t in types)
         conn.exec_driver_sql(f"{insert} SELECT %b::bigint, * FROM unnest({arrays}) {_MERGE}",
                              (run_id, *map(list, zip(*rows))))
@@ -149,37 +154,39 @@ def add(conn: Connection, run_id: int, points: dict[str, list[tuple[int, float |
                              [(run_id, *row) for row in rows])
 
 
-def rebuild(conn: Connection, run_id: int, key: str, lo: int, hi: int) -> None:
-    """Recompute, from the stored rows, every bucket (each level) holding a step in ``[lo, hi]``."""
+def rebuild(conn: Connection, run_id: int, key: str, lo: int, hi: int, columns: tuple[str, ...] = COLUMNS) -> None:
+    """Recompute, from the stored rows, every bucket (each level) holding a step in ``[lo, hi]``
+    (``columns``: the rollup columns the store's revision has; migration 0008 predates the count)."""
     start, end = lo // BASE_WIDTH * BASE_WIDTH, (hi // BASE_WIDTH + 1) * BASE_WIDTH - 1
     buckets = summarize(conn.execute(select(Metric.step, Metric.value, Metric.timestamp).where(
         Metric.run_id == run_id, Metric.key == key, Metric.step.between(start, end))).tuples(), _level0)
     for level in range(LEVELS):
         w = width(level)
         if level:
-            children = read(conn, run_id, key, level - 1, lo // w * FACTOR, hi // w * FACTOR + FACTOR - 1)
+            children = read(conn, run_id, key, level - 1, lo // w * FACTOR, hi // w * FACTOR + FACTOR - 1,
+                            columns)
             buckets = regroup(children, _parent)
         rollup = MetricRollup.__table__.c
         conn.execute(delete(MetricRollup).where(rollup.run_id == run_id, rollup.key == key,
                                                 rollup.level == level,
                                                 rollup.bucket.between(lo // w, hi // w)))
         if buckets:
-            conn.execute(insert(MetricRollup), [_row(run_id, key, level, b, s) for b, s in buckets.items()])
+            conn.execute(insert(MetricRollup), [_row(run_id, key, level, b, s, columns) for b, s in buckets.items()])
 
 
 def read(conn: Connection, run_id: int, key: str, level: int, first_bucket: int, last_bucket: int,
-         ) -> dict[int, Summary]:
+         columns: tuple[str, ...] = COLUMNS) -> dict[int, Summary]:
     """The stored buckets ``first_bucket..last_bucket`` of one series at one level."""
     r = MetricRollup.__table__.c
-    rows = conn.execute(select(r.bucket, *(r[c] for c in COLUMNS)).where(
+    rows = conn.execute(select(r.bucket, *(r[c] for c in columns)).where(
         r.run_id == run_id, r.key == key, r.level == level,
         r.bucket.between(first_bucket, last_bucket))).all()
     return {b: Summary(*rest) for b, *rest in rows}
 
 
-def _row(run_id: int, key: str, level: int, bucket: int, s: Summary) -> dict:
+def _row(run_id: int, key: str, level: int, bucket: int, s: Summary, columns: tuple[str, ...]) -> dict:
     return {"run_id": run_id, "key": key, "level": level, "bucket": bucket,
-            **{c: getattr(s, c) for c in COLUMNS}}
+            **{c: getattr(s, c) for c in columns}}
 
 
 def _case(condition: str, columns: tuple[str, ...]) -> list[str]:
@@ -187,8 +194,10 @@ def _case(condition: str, columns: tuple[str, ...]) -> list[str]:
 
 
 # Merge a bucket into the stored one (SQL evaluates every SET on the old row): the earlier first row,
-# the lower minimum and the higher maximum (on a tie, the smaller step; NULL = none finite yet).
+# the lower minimum and the higher maximum (on a tie, the smaller step; NULL = none finite yet), and the
+# sum of the non-finite counts (add() merges only rows that were all new).
 _MERGE = "ON CONFLICT (run_id, key, level, bucket) DO UPDATE SET " + ", ".join([
+    "n_nonfinite = metric_rollups.n_nonfinite + excluded.n_nonfinite",
     *_case("excluded.first_step < metric_rollups.first_step", ("first_step", "first_ts")),
     *_case("metric_rollups.lo_value IS NULL OR excluded.lo_value < metric_rollups.lo_value OR "
            "(excluded.lo_value = metric_rollups.lo_value AND excluded.lo_step < metric_rollups.lo_step)",

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import cast
+from itertools import islice
+from typing import TypeVar, cast
 
 from sqlalchemy import CursorResult, delete, func, select, update
 from sqlalchemy.orm import Session
@@ -32,6 +33,18 @@ from backend.store.tables import (
     RunTag,
     WindowAssignment,
 )
+
+
+T = TypeVar("T")
+IN_BATCH = 500  # bound parameters per IN list or OR of ranges (SQLite allows 32,766 a statement)
+SUMMARY_KEYS = 100  # latest values a run's summary lists (by key name); RunPublic.n_keys counts them all
+
+
+def batched(items: Sequence[T], size: int = IN_BATCH) -> Iterator[list[T]]:
+    """``items`` in lists of at most ``size``: long IN lists go to the database in batches."""
+    it = iter(items)
+    while chunk := list(islice(it, size)):
+        yield chunk
 
 
 def now_ms() -> int:
@@ -117,7 +130,8 @@ def runs_public(s: Session, run_ids: Sequence[int]) -> list[RunPublic]:
     for run_id, key, value in s.execute(select(Param.run_id, Param.key, Param.value)
                                         .where(Param.run_id.in_(run_ids))):
         params[run_id][key] = value
-    summary = latest_values(s, run_ids)
+    summary = latest_values(s, run_ids, SUMMARY_KEYS)
+    n_keys = key_counts(s, run_ids)
     tags: dict[int, list[str]] = defaultdict(list)
     for run_id, tag in s.execute(select(RunTag.run_id, RunTag.tag).where(RunTag.run_id.in_(run_ids))
                                  .order_by(RunTag.tag)):
@@ -132,7 +146,7 @@ def runs_public(s: Session, run_ids: Sequence[int]) -> list[RunPublic]:
             progress = Progress(step=run.progress_step or 0, total_steps=run.total_steps)
         out.append(RunPublic(
             id=run.id, name=run.name, experiment=exp, status=run.status, preset=run.preset,
-            params=params[run_id], summary=summary.get(run_id, {}), created_at=iso(run.created_at),
+            params=params[run_id], summary=summary.get(run_id, {}), n_keys=n_keys.get(run_id, 0), created_at=iso(run.created_at),
             started_at=iso(run.started_at), ended_at=iso(run.ended_at), progress=progress, error=run.error,
             read_only=run.read_only, checkpoint=run.checkpoint, data_hash=run.data_hash, git_rev=run.git_rev,
             source=run.source, group=run.group_name, seed=run.seed, description=run.description, notes=run.notes,
@@ -274,13 +288,28 @@ def log_params(s: Session, run_id: int, params: dict[str, str]) -> None:
             s.add(Param(run_id=run_id, key=key[:250], value=value))
 
 
-def latest_values(s: Session, run_ids: Sequence[int]) -> dict[int, dict[str, float | None]]:
-    out: dict[int, dict[str, float | None]] = defaultdict(dict)
-    query = select(LatestMetric.run_id, LatestMetric.key, LatestMetric.value).where(
-        LatestMetric.run_id.in_(run_ids)).order_by(LatestMetric.key)
-    for run_id, key, value in s.execute(query):
-        out[run_id][key] = value
+def latest_values(s: Session, run_ids: Sequence[int], per_run: int | None = None,
+                  ) -> dict[int, dict[str, float | str | None]]:
+    """Each run's latest value per key (a non-finite one as its kind: "nan", "inf", "-inf"); with
+    ``per_run``, only the first so many keys by name (summaries of runs that log many keys stay small)."""
+    out: dict[int, dict[str, float | str | None]] = defaultdict(dict)
+    c = LatestMetric.__table__.c
+    query = select(c.run_id, c.key, c.value, c.special)
+    if per_run is not None:
+        rank = func.row_number().over(partition_by=c.run_id, order_by=c.key).label("rank")
+        ranked = select(c.run_id, c.key, c.value, c.special, rank).where(c.run_id.in_(run_ids)).subquery()
+        query = select(*ranked.c[:4]).where(ranked.c.rank <= per_run)
+    else:
+        query = query.where(c.run_id.in_(run_ids))
+    for run_id, key, value, special in s.execute(query.order_by(query.selected_columns[1])):
+        out[run_id][key] = value if special is None else special
     return out
+
+
+def key_counts(s: Session, run_ids: Sequence[int]) -> dict[int, int]:
+    """Metric keys per run."""
+    return dict(s.execute(select(LatestMetric.run_id, func.count()).where(LatestMetric.run_id.in_(run_ids))
+                          .group_by(LatestMetric.run_id)).tuples().all())
 
 
 # ---- window plans ------------------------------------------------------------------------

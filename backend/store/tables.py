@@ -147,8 +147,8 @@ class LatestMetric(_MetricValue, Base):
 
 
 class MetricRollup(Base):
-    """One step bucket of a metric series at one level: its first row and the rows of its finite minimum
-    and maximum (backend/rollups.py keeps them; downsampled reads of long ranges read these rows).
+    """One step bucket of a metric series at one level: its first row, the rows of its finite minimum
+    and maximum and its count of non-finite rows (backend/rollups.py keeps them; downsampled reads of long ranges read these rows).
     Written with the metric rows, so, like them, without a foreign key (see Metric)."""
 
     __tablename__ = "metric_rollups"
@@ -165,6 +165,7 @@ class MetricRollup(Base):
     hi_step: Mapped[int | None] = mapped_column(BigInteger)
     hi_value: Mapped[float | None] = mapped_column(Float(53))
     hi_ts: Mapped[float | None] = mapped_column(Float(53))
+    n_nonfinite: Mapped[int] = mapped_column(BigInteger, server_default="0")  # rows that are NaN or +-inf
 
 
 class WindowAssignment(Base):

@@ -1,5 +1,6 @@
 """Downsampled metric reads (backend/downsample.py) on SQLite and PostgreSQL: never more than N points,
-every bucket's minimum and maximum and the series' last point kept exactly, short series whole."""
+every bucket's minimum and maximum and the series' last point kept exactly, short series whole, and
+every non-finite point of the range listed with its kind."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ def _log(module_sessions, points: list[tuple[int, float]], batches: int = 1) -> 
     return run_id
 
 
-def _stored(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def _stored(value: float) -> float | str:
+    """A value as reads return it: finite, or its kind."""
+    if math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
 
 
 values = st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from(SPECIAL),
@@ -58,6 +62,10 @@ def test_downsampling_keeps_min_max_and_last_and_never_exceeds_n(module_sessions
         return
     got = list(zip(series["y"].step, series["y"].value, series["y"].timestamp))
     assert len(got) <= max_points
+    # every non-finite row of the range, with its kind (the first max_points of them), and their total
+    nonfinite = [(step, v) for step, _, v in rows if isinstance(v, str)]
+    listed = series["y"].nonfinite
+    assert listed.total == len(nonfinite) and list(zip(listed.step, listed.kind)) == nonfinite[:max_points]
     if len(rows) <= max_points:
         assert reduced == [] and got == [(step, v, float(n)) for step, n, v in rows]
         return
@@ -74,7 +82,7 @@ def test_downsampling_keeps_min_max_and_last_and_never_exceeds_n(module_sessions
     assert len(buckets) <= (max_points - 1) // 2
     for b, vals in buckets.items():
         kept = [v for step, v, _ in got if cut.bucket(step) == b]
-        finite = [v for v in vals if v is not None]
+        finite = [v for v in vals if not isinstance(v, str)]
         if finite:
             assert min(finite) in kept and max(finite) in kept
         else:
@@ -107,7 +115,7 @@ def test_short_series_come_back_whole_and_bad_requests_are_refused(module_sessio
     run_id = _log(module_sessions, [(1, 1.0), (2, math.nan), (3, 3.0)])
     with transaction(module_sessions) as s:
         series, reduced = read_downsampled(s, run_id, 3, ["y", "unknown"])
-        assert reduced == [] and series["y"].value == [1.0, None, 3.0] and "unknown" not in series
+        assert reduced == [] and series["y"].value == [1.0, "nan", 3.0] and "unknown" not in series
         with pytest.raises(ValueError, match="at least 3"):
             read_downsampled(s, run_id, 2)
         with pytest.raises(run_store.NotFound):

@@ -55,12 +55,16 @@ def test_align_holds_a_sparse_series_until_it_changes():
     assert curve.min == [1.0, 0.5, 0.5, 0.25] and curve.max == [1.0, 1.0, 0.75, 0.5]
 
 
-def test_align_thins_long_curves_to_max_points_keeping_the_last_step():
+def test_align_reduces_long_curves_by_the_store_rule_keeping_spikes_and_the_last_step():
     steps = list(range(1, 1001))
-    curve = align({1: (steps, [float(s) for s in steps]), 2: (steps, [2.0 * s for s in steps])}, max_points=50)
+    first = [float(s) for s in steps]
+    first[436] = 5000.0  # a spike at step 437, and a dip at 701
+    first[700] = -5000.0
+    curve = align({1: (steps, first), 2: (steps, [2.0 * s for s in steps])}, max_points=50)
+    expected = {s: (f + 2.0 * s) / 2 for s, f in zip(steps, first)}
     assert len(curve.step) <= 50 and curve.step[0] == 1 and curve.step[-1] == 1000
-    assert curve.mean == [1.5 * s for s in curve.step]
-    assert len(set(np.diff(curve.step[:-1]))) == 1  # evenly spaced apart from the last
+    assert curve.mean == [expected[s] for s in curve.step]
+    assert 437 in curve.step and 701 in curve.step  # each bucket's minimum and maximum mean
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """Metric rollups (backend/rollups.py) on SQLite and PostgreSQL: after any sequence of batches (late
 rows, steps sent again, non-finite values) every stored bucket of every level holds exactly what
-the stored rows say, compared with a brute-force summary of the rows; a store migrated from 0007
-gets the same rollups for the rows it already held."""
+the stored rows say (first row, finite extremes, count of non-finite rows), compared with a
+brute-force summary of the rows; a store migrated from 0007 or 0008 gets the same rollups for the
+rows it already held."""
 
 from __future__ import annotations
 
@@ -9,29 +10,32 @@ import math
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import select
+from alembic import command
+from sqlalchemy import inspect, select
 
 from backend.store import metric_store, rollups, run_store
 from backend.store.db import make_session_factory, transaction
-from backend.store.migrate import upgrade
+from backend.store.migrate import alembic_config, upgrade
 from backend.store.tables import MetricRollup
 from tests.backend.conftest import OLD_EXPERIMENT, old_store
 
 
-def expected_rollups(rows: dict[str, list[tuple[int, float | None, float]]]) -> set[tuple]:
-    """Every (key, level, bucket, first row, minimum row, maximum row) the stored rows imply, by brute
-    force (a row: step and timestamp for the first, step, value and timestamp for the extremes)."""
+def expected_rollups(rows: dict[str, list[tuple[int, float | str, float]]]) -> set[tuple]:
+    """Every (key, level, bucket, first row, minimum row, maximum row, non-finite rows) the stored rows
+    imply, by brute force (a row: step and timestamp for the first, step, value and timestamp for the
+    extremes; a non-finite value is its kind)."""
     out = set()
     for key, points in rows.items():
         for level in range(rollups.LEVELS):
             width = rollups.width(level)
             for bucket in {step // width for step, _, _ in points}:
                 inside = [p for p in points if p[0] // width == bucket]
-                finite = [(v, step, ts) for step, v, ts in inside if v is not None]
+                finite = [(v, step, ts) for step, v, ts in inside if not isinstance(v, str)]
                 lo = min(finite, default=(None, None, None))
                 hi = max(finite, key=lambda p: (p[0], -p[1]), default=(None, None, None))
                 first = min(inside)
-                out.add((key, level, bucket, first[0], first[2], lo[1], lo[0], lo[2], hi[1], hi[0], hi[2]))
+                out.add((key, level, bucket, first[0], first[2], lo[1], lo[0], lo[2], hi[1], hi[0], hi[2],
+                         len(inside) - len(finite)))
     return out
 
 
@@ -41,12 +45,13 @@ def stored_rollups(s, run_id: int) -> set[tuple]:
                          .where(r.run_id == run_id)).tuples())
 
 
-def stored_rows(s, run_id: int) -> dict[str, list[tuple[int, float | None, float]]]:
+def stored_rows(s, run_id: int) -> dict[str, list[tuple[int, float | str, float]]]:
     return {key: list(zip(series.step, series.value, series.timestamp))
             for key, series in metric_store.read_metrics(s, run_id).items()}
 
 
-values = st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.sampled_from([math.nan, math.inf, 0.0, 1.0]))
+values = st.one_of(st.floats(-1e3, 1e3, allow_nan=False),
+                   st.sampled_from([math.nan, math.inf, -math.inf, 0.0, 1.0]))
 point = st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 20_000), values)
 
 
@@ -76,6 +81,37 @@ def test_a_store_migrated_from_0007_gets_rollups_of_its_rows(store_url):
     upgrade(engine)
     with transaction(make_session_factory(engine)) as s:
         rows = stored_rows(s, 1)
-        assert rows == {"loss": [(3, 2.0, 1.0), (900, 1.5, 2.0), (70000, None, 3.0)], "acc": [(5, 0.25, 4.0)]}
+        assert rows == {"loss": [(3, 2.0, 1.0), (900, 1.5, 2.0), (70000, "nan", 3.0)], "acc": [(5, 0.25, 4.0)]}
         assert stored_rollups(s, 1) == expected_rollups(rows)
+    engine.dispose()
+
+
+def test_a_store_migrated_from_0008_counts_the_non_finite_rows_it_held(store_url):
+    """Migration 0011 counts each bucket's non-finite rows of series stored before it (rollups of 0008 to
+    0010 had no count); then down to 0010 and up again gives the same rollups."""
+    run = ("INSERT INTO runs (id, name, experiment_id, status, created_at, read_only, source) "
+           "VALUES (1, 'old', 1, 'FINISHED', 0, false, 'job')")
+    points = [(step, float(step % 7), 1.0 + step) for step in range(0, 5000, 3)]
+    points[100] = (points[100][0], "nan", points[100][2])  # inside a bucket full of finite values
+    points[900] = (points[900][0], "-inf", points[900][2])
+    values = ", ".join(f"(1, 'loss', {step}, {'NULL' if isinstance(v, str) else v}, "
+                       f"{repr(v) if isinstance(v, str) else 'NULL'}, {ts})" for step, v, ts in points)
+    rollups_0008 = ", ".join(  # what 0008 built for these rows, less the count it had no column for
+        f"(1, 'loss', {r[1]}, {r[2]}, {', '.join('NULL' if x is None else repr(x) for x in r[3:11])})"
+        for r in sorted(expected_rollups({"loss": points})))
+    engine = old_store(store_url, "0008", OLD_EXPERIMENT, run,
+                       f"INSERT INTO metrics (run_id, key, step, value, special, timestamp) VALUES {values}",
+                       f"INSERT INTO metric_rollups (run_id, key, level, bucket, {', '.join(rollups.BASE_COLUMNS)}) "
+                       f"VALUES {rollups_0008}")
+    upgrade(engine)
+    with transaction(make_session_factory(engine)) as s:
+        assert stored_rollups(s, 1) == expected_rollups({"loss": points})
+    config = alembic_config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0010")
+        assert "n_nonfinite" not in {c["name"] for c in inspect(conn).get_columns("metric_rollups")}
+    upgrade(engine)
+    with transaction(make_session_factory(engine)) as s:
+        assert stored_rollups(s, 1) == expected_rollups({"loss": points})
     engine.dispose()

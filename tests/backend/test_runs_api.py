@@ -88,7 +88,9 @@ def test_runs_filters_and_paging(client, logged_run):
 def test_read_run(client, logged_run):
     run = client.get(f"{API}/runs/{logged_run}").json()
     assert run["name"] == "logged" and run["experiment"] == "tests" and run["params"] == {"train.lr": "0.001"}
-    assert run["summary"] == {"grad_norm": None, "train_loss": pytest.approx(4.0), "val_loss": None}
+    # the latest value per key; a non-finite one keeps its kind
+    assert run["summary"] == {"grad_norm": "-inf", "train_loss": pytest.approx(4.0), "val_loss": "nan"}
+    assert run["n_keys"] == 3
     assert client.get(f"{API}/runs/999999").status_code == 404
     assert client.get(f"{API}/runs/abc").status_code == 422
 
@@ -96,8 +98,9 @@ def test_read_run(client, logged_run):
 def test_metrics_series_and_nonfinite_values(client, logged_run):
     series = client.get(f"{API}/runs/{logged_run}/metrics").json()["series"]
     assert set(series) == {"train_loss", "val_loss", "grad_norm"}
-    assert series["val_loss"] == {"step": [5, 10], "value": [4.5, None], "timestamp": [105.0, 110.0]}
-    assert series["grad_norm"]["value"] == [None, None]
+    assert series["val_loss"] == {"step": [5, 10], "value": [4.5, "nan"], "timestamp": [105.0, 110.0],
+                                  "nonfinite": {"step": [10], "kind": ["nan"], "total": 1}}
+    assert series["grad_norm"]["value"] == ["inf", "-inf"]
     part = client.get(f"{API}/runs/{logged_run}/metrics",
                       params={"keys": "train_loss", "min_step": 3, "max_step": 5}).json()["series"]
     assert list(part) == ["train_loss"] and part["train_loss"]["step"] == [3, 4, 5]
@@ -132,7 +135,7 @@ def test_compare(client, logged_run):
     assert early["table"][0]["steps"] == {"train_loss": 3, "val_loss": None}
     assert early["table"][0]["values"]["val_loss"] is None
     last = client.post(f"{API}/runs/compare", json={**body, "agg": "last"}).json()
-    assert last["table"][0]["values"]["val_loss"] is None
+    assert last["table"][0]["values"]["val_loss"] == "nan"
     maxed = client.post(f"{API}/runs/compare", json={**body, "agg": "max"}).json()
     assert maxed["table"][0]["values"]["train_loss"] == pytest.approx(4.9)
 
@@ -245,7 +248,8 @@ def test_metric_reads_see_new_rows_despite_the_response_cache(client):
     assert client.get(url).json()["series"]["loss"]["step"] == [1]  # served from the cache
     with transaction(sessions) as s:
         metric_store.log_metrics(s, run_id, [("loss", 2, 0.5, 2.0)])
-    assert client.get(url).json()["series"]["loss"] == {"step": [1, 2], "value": [1.0, 0.5], "timestamp": [1.0, 2.0]}
+    loss = client.get(url).json()["series"]["loss"]
+    assert (loss["step"], loss["value"], loss["timestamp"]) == ([1, 2], [1.0, 0.5], [1.0, 2.0])
 
 
 def test_downsampled_metrics(client, logged_run):

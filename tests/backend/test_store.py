@@ -131,7 +131,7 @@ def test_run_ids_are_never_reused(sessions):
         assert run_store.create_run(s, name="b", experiment="e") == first + 1
 
 
-def test_nonfinite_values_round_trip_as_null(sessions):
+def test_nonfinite_values_round_trip_with_their_kind(sessions):
     with transaction(sessions) as s:
         run_id = run_store.create_run(s, name="r", experiment="e")
         metric_store.log_metrics(s, run_id, [("x", 1, math.nan, 1.0), ("x", 2, math.inf, 2.0),
@@ -139,7 +139,9 @@ def test_nonfinite_values_round_trip_as_null(sessions):
     with transaction(sessions) as s:
         specials = list(s.scalars(select(Metric.special).order_by(Metric.step)))
         assert specials == ["nan", "inf", "-inf", None]
-        assert metric_store.read_metrics(s, run_id)["x"].value == [None, None, None, 1.5]
+        series = metric_store.read_metrics(s, run_id)["x"]
+        assert series.value == ["nan", "inf", "-inf", 1.5]
+        assert (series.nonfinite.step, series.nonfinite.kind) == ([1, 2, 3], ["nan", "inf", "-inf"])
         assert run_store.latest_values(s, [run_id])[run_id] == {"x": 1.5}
 
 

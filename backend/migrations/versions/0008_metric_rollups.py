@@ -57,7 +57,7 @@ def upgrade() -> None:
     series = conn.execute(sa.select(metrics.c.run_id, metrics.c.key, sa.func.min(metrics.c.step),
                                     sa.func.max(metrics.c.step)).group_by(metrics.c.run_id, metrics.c.key)).all()
     for run_id, key, first, last in series:
-        rollups.rebuild(conn, run_id, key, first, last)
+        rollups.rebuild(conn, run_id, key, first, last, rollups.BASE_COLUMNS)
     op.drop_index("ix_metrics_run_key_step_value", table_name="metrics")
     if conn.dialect.name == "postgresql":
         op.drop_constraint("metrics_run_id_fkey", "metrics", type_="foreignkey")  # PostgreSQL's default name
