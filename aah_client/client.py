@@ -338,7 +338,8 @@ class ApiClient:
 
     def group_series(self, experiment: str, group: str, keys: list[str] | None = None,
                      max_points: int | None = None) -> Json:
-        """One group's curves by aligned step: mean, std, min, max and n per key."""
+        """One group's curves by aligned step: mean, std, min, max and n per key, at most ``max_points``
+        steps (the server's default 2000), and each run's NaN/inf points (``nonfinite``)."""
         return self._get("/runs/groups/series", experiment=experiment, group=group,
                          keys=",".join(keys) if keys else None, max_points=max_points)
 
@@ -349,16 +350,37 @@ class ApiClient:
         min_step: int | None = None,
         max_step: int | None = None,
         max_points: int | None = None,
+        cursor: str | None = None,
     ) -> Json:
-        """Series by key; with ``max_points`` (>= 3) each longer series is downsampled by the server
-        (every step bucket's min and max and the last point kept; the keys are in ``downsampled``)."""
+        """Series by key. A series longer than ``max_points`` (>= 3; the server's default 2000) is
+        downsampled by the server (every step bucket's min and max and the last point kept; the keys
+        are in ``downsampled``). A NaN or inf value comes as its kind ("nan", "inf", "-inf"), and each
+        series lists its non-finite points in ``nonfinite``, also those downsampling left out.
+
+        With ``cursor`` ("start", then each answer's ``next_cursor`` until it is None) the full series
+        come in pages of ``max_points`` rows: see `metric_history`."""
         return self._get(
             f"/runs/{run_id}/metrics",
             keys=",".join(keys) if keys else None,
             min_step=min_step,
             max_step=max_step,
             max_points=max_points,
+            cursor=cursor,
         )
+
+    def metric_history(self, run_id: int, keys: list[str] | None = None, page_size: int = 50_000) -> Json:
+        """Every stored point of the series (no downsampling), read page by page: {key: {"step",
+        "value", "timestamp"}}."""
+        out: Json = {}
+        cursor: str | None = "start"
+        while cursor is not None:
+            page = self.run_metrics(run_id, keys, max_points=page_size, cursor=cursor)
+            for key, series in page["series"].items():
+                into = out.setdefault(key, {"step": [], "value": [], "timestamp": []})
+                for field in into:
+                    into[field].extend(series[field])
+            cursor = page["next_cursor"]
+        return out
 
     def run_windows(self, run_id: int, step: int | None = None) -> Json:
         return self._get(f"/runs/{run_id}/windows", step=step)
@@ -390,9 +412,13 @@ class ApiClient:
         return self._get(f"/runs/{run_id}/logs", tail=tail)
 
     def compare_runs(
-        self, run_ids: list[int], keys: list[str] | None = None, agg: Agg = "last", step: int | None = None
+        self, run_ids: list[int], keys: list[str] | None = None, agg: Agg = "last", step: int | None = None,
+        max_points: int | None = None,
     ) -> Json:
-        body = {"run_ids": list(run_ids), "keys": keys, "agg": agg, "step": step}
+        """Runs side by side: a table of one value per (run, key) and each series, downsampled to
+        ``max_points`` (the server's default 2000) like `run_metrics`."""
+        body = {"run_ids": list(run_ids), "keys": keys, "agg": agg, "step": step,
+                **({} if max_points is None else {"max_points": max_points})}
         return self._post("/runs/compare", body)
 
     def windows_diff(self, a: Json, b: Json) -> Json:

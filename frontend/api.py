@@ -5,6 +5,10 @@ A busy API (429, its queue of heavy jobs full) is retried here, after the `Retry
 (at most BUSY_RETRIES times, BUSY_WAIT_MAX_S each), with a "busy, retrying" toast; if it is still
 busy, the block shows one warning line like any other API error.
 
+Non-finite metric values arrive as their kind ("nan", "inf", "-inf": JSON has no NaN). In run
+summaries and compare tables, numbers the pages compute and format with, they become floats here;
+series keep their kinds and their `nonfinite` lists, which the charts mark (frontend/figures.py).
+
 Tests replace `get_client` (monkeypatch) with a fake that has the same methods.
 """
 
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import time
 from typing import Any, Callable, Iterator
@@ -49,9 +54,29 @@ def _retrying(request: Callable[[], Any]) -> Any:
     return retry_when_busy(request, BUSY_RETRIES, _busy_wait, BUSY_WAIT_MAX_S)
 
 
+KINDS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def numbers(result: Any) -> Any:
+    """A response with its runs' summaries and its compare-table values as numbers (a non-finite
+    value's kind becomes the float); anything else unchanged."""
+    if isinstance(result, list):
+        return [numbers(item) for item in result]
+    if not isinstance(result, dict):
+        return result
+    out = dict(result)
+    for field in ("summary", "values"):
+        if isinstance(out.get(field), dict):
+            out[field] = {k: KINDS.get(v, v) if isinstance(v, str) else v for k, v in out[field].items()}
+    for field in ("runs", "table", "run"):
+        if isinstance(out.get(field), (list, dict)):
+            out[field] = numbers(out[field])
+    return out
+
+
 def call(method: str, *args: Any, **kwargs: Any) -> Any:
     """`get_client().<method>(...)`, uncached. Raises ApiError / ServiceUnavailable."""
-    return _retrying(lambda: getattr(get_client(), method)(*args, **kwargs))
+    return numbers(_retrying(lambda: getattr(get_client(), method)(*args, **kwargs)))
 
 
 @st.cache_data(ttl=30, show_spinner=False, max_entries=512)
@@ -72,7 +97,7 @@ def cached(method: str, *args: Any, **kwargs: Any) -> Any:
     re-asks evaluate). Errors are never cached. Any other method raises ValueError: use `call`."""
     if method not in CACHEABLE:
         raise ValueError(f"api.cached({method!r}): not a cacheable read; use api.call for it")
-    return _retrying(lambda: _cached(API_URL, method, args, tuple(sorted(kwargs.items()))))
+    return numbers(_retrying(lambda: _cached(API_URL, method, args, tuple(sorted(kwargs.items())))))
 
 
 def error_text(exc: ApiError) -> str:

@@ -260,16 +260,56 @@ def ema(values: Sequence[float | None], smoothing: float) -> list[float | None]:
 
 DENSE_POINTS = 50  # a series with at least this many points may get an EMA overlay; sparser ones never
 
+# A NaN or an inf has no height: the API sends its kind ("nan", "inf", "-inf") and lists each series'
+# non-finite points apart (also those a downsampled read left out). They are drawn as markers on the
+# plot's top edge (NaN, +inf) or bottom edge (-inf), on a hidden 0..1 axis over the value axis.
+NONFINITE = {"nan": ("NaN", "x", 0.97), "inf": ("+inf", "triangle-up", 0.97), "-inf": ("-inf", "triangle-down", 0.03)}
+NonFinitePoints = Sequence[tuple[int, str]]  # (step, kind)
+
+
+def finite(values: Sequence[float | str | None]) -> list[float | None]:
+    """Values to draw as a line: a non-finite one (its kind, or a float NaN/inf) is a gap."""
+    return [float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None for v in values]
+
+
+def nonfinite_points(series: dict) -> NonFinitePoints:
+    """A series' (step, kind) list from an API series (its ``nonfinite`` field)."""
+    listed = series.get("nonfinite") or {}
+    return list(zip(listed.get("step", []), listed.get("kind", [])))
+
+
+def add_nonfinite_markers(fig: go.Figure, points: dict[str, NonFinitePoints], colors: dict[str, str]) -> go.Figure:
+    """Mark each series' non-finite points at their steps; the hover says what they are ("NaN at step
+    1200 · val_loss"). Call after the value axis is set up: the markers get an axis of their own."""
+    drawn = False
+    for name, pts in points.items():
+        if not pts:
+            continue
+        drawn = True
+        fig.add_trace(go.Scatter(
+            x=[step for step, _ in pts], y=[NONFINITE[kind][2] for _, kind in pts], yaxis="y2", mode="markers",
+            name=f"{name}: NaN/inf", legendgroup=name, hoverinfo="text",
+            hovertext=[f"{NONFINITE[kind][0]} at step {step} · {name}" for step, kind in pts],
+            marker=dict(symbol=[NONFINITE[kind][1] for _, kind in pts], size=11, color=colors.get(name, "#000000"),
+                        line=dict(width=1.5, color="#000000"))))
+    if drawn:
+        fig.update_layout(yaxis2=dict(overlaying="y", range=[0, 1], visible=False, fixedrange=True))
+    return fig
+
 
 def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float | None]]], smoothing: float,
                          *, y_title: str = "value", title: str | None = None,
-                         y_range: tuple[float, float] | None = None) -> go.Figure:
+                         y_range: tuple[float, float] | None = None,
+                         nonfinite: dict[str, NonFinitePoints] | None = None) -> go.Figure:
     """Curves by step, each drawn raw (line and points: the last point is the stored last value).
     A dense series (>= DENSE_POINTS points, e.g. train_loss logged every step) also gets an EMA overlay
-    of the same colour, named as such; sparse ones (eval series) are never smoothed."""
+    of the same colour, named as such; sparse ones (eval series) are never smoothed. ``nonfinite``
+    (per series name) marks its NaN and inf points."""
     fig = go.Figure()
+    colors = {}
     for i, (name, (steps, values)) in enumerate(series.items()):
-        color = PALETTE[i % len(PALETTE)]
+        color = colors[name] = PALETTE[i % len(PALETTE)]
+        values = finite(values)
         dense = len(steps) >= DENSE_POINTS
         smooth = dense and smoothing > 0
         fig.add_trace(go.Scatter(x=list(steps), y=list(values), name=name, legendgroup=name,
@@ -282,6 +322,7 @@ def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float |
                                      connectgaps=True, hovertemplate="%{y:.4g} (smoothed)<extra></extra>"))
     fig.update_xaxes(title="step")
     fig.update_yaxes(title=y_title, range=list(y_range) if y_range else None)
+    add_nonfinite_markers(fig, nonfinite or {}, colors)
     return layout(fig, title, height=360)
 
 
@@ -290,7 +331,7 @@ def window_fraction_figure(series: dict[str, tuple[Sequence[int], Sequence[float
     fig = go.Figure()
     for label in sorted(series, key=lambda label: window_order(parse_window(label))):
         steps, values = series[label]
-        fig.add_trace(go.Scatter(x=list(steps), y=list(values), mode="lines", stackgroup="frac",
+        fig.add_trace(go.Scatter(x=list(steps), y=finite(values), mode="lines", stackgroup="frac",
                                  name=f"window {label}", line=dict(width=0.5)))
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="share of heads", range=[0, 1])

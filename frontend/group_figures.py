@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from frontend.figures import PALETTE, layout
+from frontend.figures import PALETTE, add_nonfinite_markers, finite, layout, nonfinite_points
 
 BANDS = {"std": "mean ± 1 std", "minmax": "mean, min–max"}
 
@@ -36,12 +36,18 @@ def group_band_figure(curves: Mapping[str, Mapping[str, Sequence[Any]]], band: s
                       overlay: Mapping[str, tuple[Sequence[int], Sequence[float | None]]] | None = None,
                       y_range: tuple[float, float] | None = None) -> go.Figure:
     """Each group's mean (line) with its band shaded (`band`: "std" or "minmax"), named with the number
-    of runs; `overlay` adds single runs as thin dashed lines (e.g. the run whose group this is)."""
+    of runs; `overlay` adds single runs as thin dashed lines (e.g. the run whose group this is). Each
+    run's NaN and inf points (which the mean leaves out) are marked in the group's colour."""
     if band not in BANDS:
         raise ValueError(f"band must be one of {sorted(BANDS)}; got {band!r}")
     fig = go.Figure()
+    marks: dict[str, list] = {}
+    colors: dict[str, str] = {}
     for i, (name, curve) in enumerate(curves.items()):
         color = PALETTE[i % len(PALETTE)]
+        for run_id, listed in (curve.get("nonfinite") or {}).items():
+            label = f"{name} · run #{run_id}"
+            marks[label], colors[label] = nonfinite_points({"nonfinite": listed}), color
         steps = list(curve["step"])
         lo, hi = band_edges(curve, band)
         n = max(curve.get("n") or [0])
@@ -55,10 +61,11 @@ def group_band_figure(curves: Mapping[str, Mapping[str, Sequence[Any]]], band: s
                                  line=dict(color=color, width=2.5), customdata=list(curve.get("n") or []),
                                  hovertemplate="step %{x}: mean %{y:.4g} over %{customdata} runs<extra></extra>"))
     for name, (steps, values) in (overlay or {}).items():
-        fig.add_trace(go.Scatter(x=list(steps), y=list(values), mode="lines", name=name, connectgaps=True,
+        fig.add_trace(go.Scatter(x=list(steps), y=finite(values), mode="lines", name=name, connectgaps=True,
                                  line=dict(color="#333333", width=1, dash="dot")))
     fig.update_xaxes(title="step")
     fig.update_yaxes(title=y_title, range=list(y_range) if y_range else None)
+    add_nonfinite_markers(fig, marks, colors)
     return layout(fig, title, height=380)
 
 

@@ -153,7 +153,13 @@ def attention_section(state: dict) -> Section:
 
 
 def split_series(series: dict[str, dict]) -> dict[str, tuple[list, list]]:
-    return {k: (v["step"], v["value"]) for k, v in series.items()}
+    """(steps, values) per key; a non-finite value (sent as its kind) is a gap: see `split_nonfinite`."""
+    return {k: (v["step"], figures.finite(v["value"])) for k, v in series.items()}
+
+
+def split_nonfinite(series: dict[str, dict]) -> dict[str, figures.NonFinitePoints]:
+    """Each key's NaN and inf points, (step, kind), for the charts' markers."""
+    return {k: figures.nonfinite_points(v) for k, v in series.items()}
 
 
 CURVE_POINTS = 2000  # per series: the server keeps each step bucket's min and max and the last point
@@ -164,16 +170,18 @@ def acr_figures(run_id: int, keys: list[str], smoothing: float, min_step: int | 
     """The run's figures; a step range asks the server for that range only (finer buckets, or every
     point when the range holds at most CURVE_POINTS per series)."""
     run = api.call("run", run_id)
-    series = split_series(api.call("run_metrics", run_id, min_step=min_step, max_step=max_step,
-                                   max_points=CURVE_POINTS)["series"])
+    raw = api.call("run_metrics", run_id, min_step=min_step, max_step=max_step, max_points=CURVE_POINTS)["series"]
+    series, marks = split_series(raw), split_nonfinite(raw)
     figs: dict[str, go.Figure] = {}
     chosen = {k: series[k] for k in keys if k in series}
     if chosen:
-        figs["metrics"] = figures.metric_curves_figure(chosen, smoothing, y_title="value", title="metrics by step")
+        figs["metrics"] = figures.metric_curves_figure(chosen, smoothing, y_title="value", title="metrics by step",
+                                                 nonfinite={k: marks[k] for k in chosen})
     cov = {k: series[k] for k in COVERAGE_KEYS if k in series}
     if cov:
         figs["coverage"] = figures.metric_curves_figure(cov, 0.0, y_title="coverage (acr, causal_coverage, tile)",
-                                                        title="coverage over training", y_range=(0, 1.05))
+                                                  title="coverage over training", y_range=(0, 1.05),
+                                                  nonfinite={k: marks[k] for k in cov})
     frac = {k.split("/", 1)[1]: v for k, v in series.items() if k.startswith("window_frac/")}
     if frac:
         figs["fractions"] = figures.window_fraction_figure(frac)
@@ -199,7 +207,7 @@ def run_lines(run: dict) -> list[str]:
 
 def compare_data(state: dict) -> dict:
     return api.call("compare_runs", state["runs"], keys=state["keys"] or None, agg=state["agg"],
-                    step=state["step"] if state["agg"] == "at_step" else None)
+                    step=state["step"] if state["agg"] == "at_step" else None, max_points=CURVE_POINTS)
 
 
 def compare_figures(data: dict, keys: list[str], smoothing: float) -> dict[str, go.Figure]:
@@ -209,11 +217,12 @@ def compare_figures(data: dict, keys: list[str], smoothing: float) -> dict[str, 
     figs = {}
     for key in keys:
         for fam in dict.fromkeys(family.values()):
-            per_run = {names.get(rid, rid): (s[key]["step"], s[key]["value"])
-                       for rid, s in data.get("series", {}).items() if key in s and family.get(rid) == fam}
-            if per_run:
-                figs[f"{key} · {fam}"] = figures.metric_curves_figure(per_run, smoothing, y_title=figures.coverage_label(key),
-                                                                      title=f"{key} · {fam}")
+            shown = {names.get(rid, rid): s[key] for rid, s in data.get("series", {}).items()
+                     if key in s and family.get(rid) == fam}
+            if shown:
+                figs[f"{key} · {fam}"] = figures.metric_curves_figure(
+                    split_series(shown), smoothing, y_title=figures.coverage_label(key), title=f"{key} · {fam}",
+                    nonfinite=split_nonfinite(shown))
     return figs
 
 

@@ -31,7 +31,7 @@ def test_demo_is_seeded_once_and_refreshed_when_the_shipped_files_change(tmp_pat
     with TestClient(create_app(settings)) as c:
         runs = _demo_runs(c)
         assert len(runs) == 1 and runs[0]["id"] > first[0]["id"]  # a new run; ids are never reused
-        assert runs[0]["summary"]["train_loss"] == 1.25 and runs[0]["summary"]["val_loss"] is None
+        assert runs[0]["summary"]["train_loss"] == 1.25 and runs[0]["summary"]["val_loss"] == "nan"
         models = c.get(f"{API}/models").json()
         assert [m["id"] for m in models] == ["demo"] and models[0]["run_id"] == runs[0]["id"]
         assert (tmp_path / "data" / "models" / "demo" / "history.jsonl").read_text().count("\n") == 3

@@ -72,7 +72,7 @@ def test_a_batch_sent_twice_is_stored_once(client, tiny_demo):
     assert (again.json()["metrics_written"], again.json()["plans_written"]) == (0, 0)
     series = client.get(f"/api/v1/runs/{run_id}/metrics").json()["series"]
     assert series["train_loss"]["step"] == [1, 2, 3] and series["train_loss"]["value"] == [4.0, 3.0, 2.0]
-    assert series["val_loss"]["value"] == [None]
+    assert series["val_loss"]["value"] == ["nan"]
     windows = client.get(f"/api/v1/runs/{run_id}/windows").json()
     assert windows["steps"] == [1, 3] and windows["windows"] == [[2, 2], [None, None]]  # 64 = seq_len: full
     assert client.get(f"/api/v1/runs/{run_id}").json()["progress"]["step"] == 3
@@ -110,7 +110,7 @@ def test_series_columns_arrive_exactly_and_a_step_sent_twice_is_stored_once(clie
     assert stored_points(client, run_id) == [*expected[:6], ("loss", 11, 1.0, None, 6.0), *expected[6:]]
     with transaction(client.app.state.sessions) as s:
         assert metric_store.metrics_version(s, run_id) == (10, 3)
-        assert run_store.latest_values(s, [run_id])[run_id] == {"grad": None, "loss": 1.0, "lr": 0.1 + 0.2}
+        assert run_store.latest_values(s, [run_id])[run_id] == {"grad": "-inf", "loss": 1.0, "lr": 0.1 + 0.2}
     assert client.get(f"/api/v1/runs/{run_id}").json()["progress"]["step"] == 20
 
 

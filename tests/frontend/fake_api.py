@@ -237,12 +237,13 @@ class FakeApi:
         series = {}
         for k in keys or ["val_loss"]:
             base = self.run_metrics(runs[0]["id"])["series"][k]  # run j: the same curve times 1 + j/10
-            idx = [i for i, v in enumerate(base["value"]) if v is not None]
+            idx = [i for i, v in enumerate(base["value"]) if isinstance(v, float)]
             cols = [[base["value"][i] * (1 + 0.1 * j) for j in range(len(runs))] for i in idx]
             series[k] = {"step": [base["step"][i] for i in idx], "mean": [statistics.fmean(c) for c in cols],
                          "std": [statistics.stdev(c) if len(c) > 1 else None for c in cols],
                          "min": [min(c) for c in cols], "max": [max(c) for c in cols], "n": [len(c) for c in cols],
-                         "run_ids": [r["id"] for r in runs], "steps_dropped": 0}
+                         "run_ids": [r["id"] for r in runs], "steps_dropped": 0,
+                         "nonfinite": {str(r["id"]): base["nonfinite"] for r in runs if base["nonfinite"]["total"]}}
         return {"experiment": experiment, "group": group, "run_ids": [r["id"] for r in runs],
                 "seeds": [r["seed"] for r in runs], "series": series}
 
@@ -253,14 +254,25 @@ class FakeApi:
                 return r
         raise ApiError(404, f"run {run_id} not found")
 
-    def run_metrics(self, run_id, keys=None, min_step=None, max_step=None, max_points=None):
-        self._rec("run_metrics", run_id, keys=keys, min_step=min_step, max_step=max_step, max_points=max_points)
+    def run_metrics(self, run_id, keys=None, min_step=None, max_step=None, max_points=None, cursor=None):
+        self._rec("run_metrics", run_id, keys=keys, min_step=min_step, max_step=max_step, max_points=max_points,
+                  cursor=cursor)
         steps = [0, 10, 20, 30]
-        series = {"val_loss": [3.0, 2.6, 2.4, 2.3], "train_loss": [3.1, 2.7, None, 2.2],
+        # train_loss diverged once, at step 20: its value comes as its kind, and it is listed apart
+        series = {"val_loss": [3.0, 2.6, 2.4, 2.3], "train_loss": [3.1, 2.7, "nan", 2.2],
                   "acr": [1.0, 0.8, 0.6, 0.5], "causal_coverage": [1.0, 0.7, 0.5, 0.4],
                   "window_frac/4": [0.0, 0.2, 0.3, 0.4], "window_frac/full": [1.0, 0.8, 0.7, 0.6]}
-        return {"run_id": run_id, "series": {k: {"step": steps, "value": v, "timestamp": [0.0] * 4}
-                                             for k, v in series.items()}}
+        out = {k: {"step": steps, "value": v, "timestamp": [0.0] * 4,
+                   "nonfinite": {"step": [s for s, x in zip(steps, v) if isinstance(x, str)],
+                                 "kind": [x for x in v if isinstance(x, str)],
+                                 "total": sum(isinstance(x, str) for x in v)}}
+               for k, v in series.items() if keys is None or k in keys}
+        return {"run_id": run_id, "series": out, "downsampled": [], "next_cursor": None}
+
+    def metric_history(self, run_id, keys=None, page_size=50_000):
+        self._rec("metric_history", run_id, keys=keys, page_size=page_size)
+        return {k: {f: v[f] for f in ("step", "value", "timestamp")}
+                for k, v in self.run_metrics(run_id, keys)["series"].items()}
 
     def run_windows(self, run_id, step=None):
         self._rec("run_windows", run_id, step=step)
@@ -292,8 +304,8 @@ class FakeApi:
         self._rec("cancel_run", run_id)
         return {**self.run(run_id), "status": "KILLED"}
 
-    def compare_runs(self, run_ids, keys=None, agg="last", step=None):
-        self._rec("compare_runs", run_ids, keys=keys, agg=agg, step=step)
+    def compare_runs(self, run_ids, keys=None, agg="last", step=None, max_points=None):
+        self._rec("compare_runs", run_ids, keys=keys, agg=agg, step=step, max_points=max_points)
         keys = keys or ["val_loss"]
         runs = [self.run(i) for i in run_ids]
         series = {str(i): {k: self.run_metrics(i)["series"][k] for k in keys} for i in run_ids}

@@ -266,3 +266,38 @@ def test_loss_coverage_figure_draws_rounded_points_with_their_labels():
     (trace,) = [t for t in fig.data if t.name.startswith("rounded to serving grains")]
     assert list(trace.x) == [0.5, 0.4] and list(trace.y) == [2.1, 2.3]
     assert list(trace.text) == ["layer up", "transformers budget"]
+
+
+def _markers(fig) -> list:
+    return [t for t in fig.data if t.yaxis == "y2"]
+
+
+def test_nonfinite_points_are_gaps_in_the_line_and_markers_that_say_what_they_are():
+    steps = [0, 10, 20, 30, 40]
+    values = [3.0, "nan", 2.0, "inf", 1.5]  # as the API sends them
+    marks = {"val_loss": [(10, "nan"), (30, "inf"), (35, "-inf")]}  # 35: one that downsampling left out
+    fig = figures.metric_curves_figure({"val_loss": (steps, values)}, 0.0, nonfinite=marks)
+    line, = [t for t in fig.data if t.yaxis != "y2"]
+    assert list(line.y) == [3.0, None, 2.0, None, 1.5]
+    (mark,) = _markers(fig)
+    assert list(mark.x) == [10, 30, 35] and mark.marker.color == line.line.color
+    assert list(mark.hovertext) == ["NaN at step 10 · val_loss", "+inf at step 30 · val_loss",
+                                    "-inf at step 35 · val_loss"]
+    assert list(mark.marker.symbol) == ["x", "triangle-up", "triangle-down"]
+    # on their own hidden 0..1 axis: NaN and +inf along the top edge, -inf along the bottom
+    assert fig.layout.yaxis2.overlaying == "y" and tuple(fig.layout.yaxis2.range) == (0, 1)
+    assert mark.y[0] == mark.y[1] > 0.5 > mark.y[2]
+    assert not _markers(figures.metric_curves_figure({"val_loss": (steps, [1.0] * 5)}, 0.0, nonfinite={"val_loss": []}))
+
+
+def test_group_bands_mark_each_runs_nonfinite_points_in_the_groups_colour():
+    from frontend import group_figures
+
+    curve = {"step": [0, 10], "mean": [2.0, 1.5], "std": [0.1, None], "min": [1.9, 1.5], "max": [2.1, 1.5],
+             "n": [2, 1], "nonfinite": {"7": {"step": [10], "kind": ["nan"], "total": 1}}}
+    fig = group_figures.group_band_figure({"g": curve}, "std", overlay={"this run": ([0, 10], [2.0, "-inf"])})
+    (mark,) = _markers(fig)
+    mean = next(t for t in fig.data if t.name and t.name.startswith("g ("))
+    assert list(mark.hovertext) == ["NaN at step 10 · g · run #7"] and mark.marker.color == mean.line.color
+    overlay = next(t for t in fig.data if t.name == "this run")
+    assert list(overlay.y) == [2.0, None]

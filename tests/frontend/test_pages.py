@@ -10,6 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from aah_client import ApiError, ServerBusy, ServiceUnavailable
+from frontend import views
 from tests.frontend.fake_api import OWN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -252,12 +253,14 @@ def test_acr_page_reads_run_and_step_from_the_url(fake_api):
 def test_compare_page_aggregation_and_window_diff(fake_api):
     at = page("compare", runs="1,2", agg="max", keys="val_loss,acr")
     (_, args, kwargs), = fake_api.called("compare_runs")
-    assert args == ([1, 2],) and kwargs == {"keys": ["val_loss", "acr"], "agg": "max", "step": None}
+    assert args == ([1, 2],) and kwargs == {"keys": ["val_loss", "acr"], "agg": "max", "step": None,
+                                           "max_points": views.CURVE_POINTS}
     assert fake_api.called("windows_diff")
     assert url(at) == {"runs": "1,2", "agg": "max", "keys": "val_loss,acr"}
     at.selectbox(key="compare.agg").select("at_step").run()
     at.number_input(key="compare.step").set_value(20).run()
-    assert fake_api.called("compare_runs")[-1][2] == {"keys": ["val_loss", "acr"], "agg": "at_step", "step": 20}
+    assert fake_api.called("compare_runs")[-1][2] == {"keys": ["val_loss", "acr"], "agg": "at_step", "step": 20,
+                                                      "max_points": views.CURVE_POINTS}
     assert "val_loss @ step" in at.dataframe[0].value.columns  # the step each value was read at
     assert not at.error
 
@@ -436,3 +439,19 @@ def test_editor_serving_table_shows_every_grain_and_loads_a_rounded_plan(fake_ap
     assert url(at)["plan"] == "full.full.full.full_full.full.full.full"
     at.button(key="editor._undo").click().run()  # loading was one undoable edit
     assert "plan" not in url(at)
+
+
+def _hover_texts(at: AppTest) -> list[str]:
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    return [h for c in charts for t in c["data"] for h in t.get("hovertext") or []]
+
+
+def test_acr_page_and_compare_curves_mark_a_nan_the_series_holds(fake_api):
+    """The fake's train_loss holds a NaN at step 20 (sent as "nan", listed in `nonfinite`): the ACR page
+    and Compare's curves draw it as a marker that says what it is."""
+    acr = page("acr", run="1", keys="train_loss")
+    assert not acr.exception and "NaN at step 20 · train_loss" in _hover_texts(acr)
+    data = fake_api.compare_runs([1, 2], keys=["train_loss"])
+    figs = views.compare_figures(data, ["train_loss"], 0.0)
+    hovers = [h for fig in figs.values() for t in fig.data if t.yaxis == "y2" for h in t.hovertext]
+    assert sorted(hovers) == sorted(f"NaN at step 20 · #{r['id']} {r['name']}" for r in data["runs"])

@@ -104,7 +104,7 @@ def test_starting_a_newer_app_migrates_and_keeps_every_row(old_store) -> None:
             windows = client.get(f"/api/v1/runs/{run_id}/windows").json()["windows"]
             assert windows == [[8, None], [16, None]]
         nan_series = client.get("/api/v1/runs/2/metrics", params={"keys": "train_loss"}).json()["series"]
-        assert nan_series["train_loss"]["value"][-1] is None
+        assert nan_series["train_loss"]["value"][-1] == "nan"
         assert len(nan_series["train_loss"]["step"]) == N_STEPS + 1
         assert [v["name"] for v in client.get("/api/v1/views").json()] == ["talk"]
     engine = make_engine(settings.db_path)
