@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 import streamlit as st
 
 from aah_client import ApiClient, ApiError, ServerBusy, ServiceUnavailable, retry_when_busy
+from frontend import user_text
 
 logger = logging.getLogger(__name__)
 
@@ -101,15 +102,17 @@ def cached(method: str, *args: Any, **kwargs: Any) -> Any:
 
 
 def error_text(exc: ApiError) -> str:
+    """The line shown for a failed call (Markdown; the server's detail, which may quote user text, escaped)."""
+    detail = user_text.md(exc.detail)
     if isinstance(exc, ServiceUnavailable):
-        return (f"The AAH API is not reachable at {API_URL} ({exc.detail}). Start it with `make demo` "
+        return (f"The AAH API is not reachable at {API_URL} ({detail}). Start it with `make demo` "
                 "or `python -m uvicorn backend.app:app`, or point AAH_API_URL at it.")
     if isinstance(exc, ServerBusy):
-        return (f"The API is busy ({exc.detail}) and still was after {BUSY_RETRIES} retries; "
+        return (f"The API is busy ({detail}) and still was after {BUSY_RETRIES} retries; "
                 "try again in a few seconds.")
     if exc.status == 401:
-        return f"The API refused the request (401: {exc.detail}). Set AAH_API_TOKEN for the dashboard."
-    return f"The API refused the request ({exc.status}: {exc.detail})"
+        return f"The API refused the request (401: {detail}). Set AAH_API_TOKEN for the dashboard."
+    return f"The API refused the request ({exc.status}: {detail})"
 
 
 @contextlib.contextmanager
@@ -120,6 +123,6 @@ def guard(what: str = "", stop: bool = False) -> Iterator[None]:
         yield
     except ApiError as exc:
         logger.info("API call failed%s: %s", f" ({what})" if what else "", exc)
-        st.error((f"{what}: " if what else "") + error_text(exc), icon="⚠️")
+        st.error((f"{user_text.md(what)}: " if what else "") + error_text(exc), icon="⚠️")
         if stop:
             st.stop()

@@ -18,6 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from frontend import user_text
 from frontend.figures import DIFF_SCALE, layout
 from frontend.plans import window_label
 
@@ -42,8 +43,8 @@ def visible(token: str) -> str:
 
 
 def token_labels(tokens: Sequence[str], pool: int = 1, offset: int = 0) -> list[str]:
-    """One unique label per (pooled) row: "(position in the whole text) token"."""
-    return [f"({offset + i * pool}) {visible(t)}" for i, t in enumerate(tokens)]
+    """One unique label per (pooled) row: "(position in the whole text) token" (tags in it shown as text)."""
+    return [f"({offset + i * pool}) {user_text.svg(visible(t))}" for i, t in enumerate(tokens)]
 
 
 def scaled(z: np.ndarray, scale: str) -> tuple[np.ndarray, dict]:

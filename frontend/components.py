@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 import plotly.graph_objects as go
 import streamlit as st
 
-from frontend import api, export, figures, plans, url_state
+from frontend import api, export, figures, plans, url_state, user_text
 
 logger = logging.getLogger(__name__)
 PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
@@ -236,7 +236,7 @@ def share_bar(page: str, state: dict[str, Any], section: Callable[[], export.Sec
         if c2.button("Save view", key=f"{page}._saveview", disabled=not name.strip()):
             with api.guard("saving the view"):
                 view = api.call("create_view", name.strip(), page, url_state.encode_state(page, state))
-                st.success(f"Saved view #{view['id']} “{view['name']}”; step through saved views on Present.")
+                st.success(f"Saved view #{view['id']} “{user_text.md(view['name'])}”; step through saved views on Present.")
         if section is None:
             return
         if st.button("Prepare offline HTML", key=f"{page}._html"):
@@ -271,5 +271,5 @@ def image_export(page: str, section: Callable[[], export.Section]) -> None:
             st.session_state[f"{page}._images"] = (fmt, images)
     fmt_done, images = st.session_state.get(f"{page}._images", (fmt, {}))
     for name, data in images.items():
-        c1.download_button(f"{name}.{fmt_done}", data, file_name=f"aah-{page}-{name}.{fmt_done}",
+        c1.download_button(f"{user_text.md(name)}.{fmt_done}", data, file_name=f"aah-{page}-{name}.{fmt_done}",
                            key=f"{page}._imgdl.{name}")

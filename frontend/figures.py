@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from frontend import user_text
 from frontend.plans import FULL, Plan, Window, parse_window, window_label, window_order
 
 DIFF_SCALE = "RdBu"
@@ -209,8 +210,8 @@ def runs_coverage_figure(metric: str, runs: Sequence[dict]) -> go.Figure:
         groups.setdefault(p.get("group", "runs"), []).append(p)
     for i, (group, points) in enumerate(groups.items()):
         fig.add_trace(go.Scatter(x=[p["x"] for p in points], y=[p["y"] for p in points], mode="markers",
-                                 name=f"{group} · val_loss (each run's validation set)",
-                                 text=[p.get("name", "") for p in points],
+                                 name=f"{user_text.svg(group)} · val_loss (each run's validation set)",
+                                 text=[user_text.svg(p.get("name", "")) for p in points],
                                  marker=dict(color=PALETTE[i % len(PALETTE)], size=9),
                                  hovertemplate="%{text}<br>%{x:.3f}, %{y:.4f}<extra></extra>"))
     fig.update_xaxes(title=coverage_label(metric), range=[0, 1.05])
@@ -288,8 +289,8 @@ def add_nonfinite_markers(fig: go.Figure, points: dict[str, NonFinitePoints], co
         drawn = True
         fig.add_trace(go.Scatter(
             x=[step for step, _ in pts], y=[NONFINITE[kind][2] for _, kind in pts], yaxis="y2", mode="markers",
-            name=f"{name}: NaN/inf", legendgroup=name, hoverinfo="text",
-            hovertext=[f"{NONFINITE[kind][0]} at step {step} · {name}" for step, kind in pts],
+            name=f"{user_text.svg(name)}: NaN/inf", legendgroup=name, hoverinfo="text",
+            hovertext=[f"{NONFINITE[kind][0]} at step {step} · {user_text.svg(name)}" for step, kind in pts],
             marker=dict(symbol=[NONFINITE[kind][1] for _, kind in pts], size=11, color=colors.get(name, "#000000"),
                         line=dict(width=1.5, color="#000000"))))
     if drawn:
@@ -304,7 +305,8 @@ def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float |
     """Curves by step, each drawn raw (line and points: the last point is the stored last value).
     A dense series (>= DENSE_POINTS points, e.g. train_loss logged every step) also gets an EMA overlay
     of the same colour, named as such; sparse ones (eval series) are never smoothed. ``nonfinite``
-    (per series name) marks its NaN and inf points."""
+    (per series name) marks its NaN and inf points. Names and titles (run names, metric keys) are
+    shown as text."""
     fig = go.Figure()
     colors = {}
     for i, (name, (steps, values)) in enumerate(series.items()):
@@ -312,18 +314,18 @@ def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float |
         values = finite(values)
         dense = len(steps) >= DENSE_POINTS
         smooth = dense and smoothing > 0
-        fig.add_trace(go.Scatter(x=list(steps), y=list(values), name=name, legendgroup=name,
+        fig.add_trace(go.Scatter(x=list(steps), y=list(values), name=user_text.svg(name), legendgroup=name,
                                  mode="lines" if dense else "lines+markers", connectgaps=True,
                                  line=dict(color=color, width=1 if smooth else 2), marker=dict(color=color, size=6),
                                  opacity=0.35 if smooth else 1.0))
         if smooth:
-            fig.add_trace(go.Scatter(x=list(steps), y=ema(values, smoothing), name=f"{name} (EMA {smoothing:g})",
+            fig.add_trace(go.Scatter(x=list(steps), y=ema(values, smoothing), name=f"{user_text.svg(name)} (EMA {smoothing:g})",
                                      mode="lines", line=dict(color=color, width=2.5), legendgroup=name,
                                      connectgaps=True, hovertemplate="%{y:.4g} (smoothed)<extra></extra>"))
     fig.update_xaxes(title="step")
-    fig.update_yaxes(title=y_title, range=list(y_range) if y_range else None)
+    fig.update_yaxes(title=user_text.svg(y_title), range=list(y_range) if y_range else None)
     add_nonfinite_markers(fig, nonfinite or {}, colors)
-    return layout(fig, title, height=360)
+    return layout(fig, title and user_text.svg(title), height=360)
 
 
 def window_fraction_figure(series: dict[str, tuple[Sequence[int], Sequence[float | None]]]) -> go.Figure:

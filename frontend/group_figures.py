@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from frontend import user_text
 from frontend.figures import PALETTE, add_nonfinite_markers, finite, layout, nonfinite_points
 
 BANDS = {"std": "mean ± 1 std", "minmax": "mean, min–max"}
@@ -51,22 +52,22 @@ def group_band_figure(curves: Mapping[str, Mapping[str, Sequence[Any]]], band: s
         steps = list(curve["step"])
         lo, hi = band_edges(curve, band)
         n = max(curve.get("n") or [0])
-        label = f"{name} ({BANDS[band]}, n={n})"
+        label = f"{user_text.svg(name)} ({BANDS[band]}, n={n})"
         fig.add_trace(go.Scatter(x=steps, y=hi, mode="lines", line=dict(width=0), showlegend=False,
                                  legendgroup=name, hoverinfo="skip", connectgaps=False))
         fig.add_trace(go.Scatter(x=steps, y=lo, mode="lines", line=dict(width=0), fill="tonexty",
-                                 fillcolor=_rgba(color, 0.22), name=f"{name} band", legendgroup=name,
+                                 fillcolor=_rgba(color, 0.22), name=f"{user_text.svg(name)} band", legendgroup=name,
                                  showlegend=False, hoverinfo="skip", connectgaps=False))
         fig.add_trace(go.Scatter(x=steps, y=list(curve["mean"]), mode="lines", name=label, legendgroup=name,
                                  line=dict(color=color, width=2.5), customdata=list(curve.get("n") or []),
                                  hovertemplate="step %{x}: mean %{y:.4g} over %{customdata} runs<extra></extra>"))
     for name, (steps, values) in (overlay or {}).items():
-        fig.add_trace(go.Scatter(x=list(steps), y=finite(values), mode="lines", name=name, connectgaps=True,
+        fig.add_trace(go.Scatter(x=list(steps), y=finite(values), mode="lines", name=user_text.svg(name), connectgaps=True,
                                  line=dict(color="#333333", width=1, dash="dot")))
     fig.update_xaxes(title="step")
-    fig.update_yaxes(title=y_title, range=list(y_range) if y_range else None)
+    fig.update_yaxes(title=user_text.svg(y_title), range=list(y_range) if y_range else None)
     add_nonfinite_markers(fig, marks, colors)
-    return layout(fig, title, height=380)
+    return layout(fig, title and user_text.svg(title), height=380)
 
 
 def reproduction_figure(ours: Sequence[Mapping[str, Any]], paper: Sequence[Mapping[str, Any]], *, y_title: str,

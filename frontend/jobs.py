@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 
 import streamlit as st
 
-from frontend import api
+from frontend import api, user_text
 
 ACTIVE = ("SCHEDULED", "PENDING", "RUNNING")
 LOG_LINES = 20
@@ -33,7 +33,7 @@ def snapshot() -> dict[int, str]:
 
 
 def progress_text(run: Mapping) -> tuple[float, str]:
-    """(fraction done, "#12 tiny: RUNNING, step 30/50") for a progress bar."""
+    """(fraction done, "#12 tiny: RUNNING, step 30/50") for a progress bar (Markdown: the name escaped)."""
     prog = run.get("progress") or {}
     total = int(prog.get("total_steps") or 0)
     step = int(prog.get("step") or 0)
@@ -41,10 +41,10 @@ def progress_text(run: Mapping) -> tuple[float, str]:
     steps = f"step {step}/{total}" if total > 0 else f"step {step}"
     where = ""
     if (run.get("target") or "local") != "local":
-        where = f" on {run['target']} job {run.get('engine_job_id') or '(not submitted)'}"
-    text = f"#{run['id']} {run['name']}{where}: {run['status']}, {steps}"
+        where = user_text.md(f" on {run['target']} job {run.get('engine_job_id') or '(not submitted)'}")
+    text = f"#{run['id']} {user_text.md(run['name'])}{where}: {run['status']}, {steps}"
     if run.get("status") == "PENDING" and run.get("pending_reason"):
-        text += f" ({run['pending_reason']})"
+        text += f" ({user_text.md(run['pending_reason'])})"
     return frac, text
 
 
@@ -64,7 +64,7 @@ def target_inputs(targets: Sequence[Mapping]) -> tuple[str, dict[str, int | floa
     target = st.selectbox("Target", names, key="runs._target",
                           format_func=lambda n: n if info.get(n, {}).get("available", True) else f"{n} (unavailable)")
     if target in info:
-        st.caption(info[target]["detail"])
+        st.caption(user_text.md(info[target]["detail"]))
     cols = st.columns(len(RESOURCES))
     values = {field: col.number_input(label, min_value=0, value=1 if field == "nodes" else 0, step=step,
                                       key=f"runs._res.{field}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from frontend import api
+from frontend import api, user_text
 
 
 def moved(ids: list[int], index: int, step: int) -> list[int]:
@@ -32,7 +32,7 @@ def _apply(what: str, method: str, *args, order: list[int] | None = None) -> Non
 def _rename(view_id: int) -> None:
     name = (st.session_state.get(f"present._name.{view_id}") or "").strip()
     if name:
-        _apply(f"Renamed view #{view_id} to “{name}”.", "rename_view", view_id, name)
+        _apply(f"Renamed view #{view_id} to “{user_text.md(name)}”.", "rename_view", view_id, name)
 
 
 def manager(saved: list[dict]) -> None:

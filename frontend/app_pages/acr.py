@@ -3,7 +3,7 @@ window fractions, and the window map at any step."""
 
 import streamlit as st
 
-from frontend import api, components, figures, group_figures, group_views, groups, jobs, plans, views
+from frontend import api, components, figures, group_figures, group_views, groups, jobs, plans, user_text, views
 
 PAGE = "acr"
 st.title("ACR curves")
@@ -57,7 +57,7 @@ def curves(step_range: tuple[int | None, int | None]) -> None:
         if run["status"] != drawn_status:  # started or ended: the picker, the map and the polling follow
             st.rerun(scope="app")
         for line in views.run_lines(run):
-            st.caption(line)
+            st.caption(user_text.md(line))
         if not figs:
             components.placeholder("This run has no metrics yet; curves appear as training writes them.")
         if "metrics" in figs:
@@ -67,7 +67,7 @@ def curves(step_range: tuple[int | None, int | None]) -> None:
             own = views.split_series(api.call("run_metrics", run_id, keys=keys, max_points=views.CURVE_POINTS)["series"])
             fig = group_views.run_group_figure(run, keys, state["band"], own)
             if fig is None:
-                components.placeholder(f"Group {group} has no other run with these metrics.")
+                components.placeholder(f"Group {user_text.md(group)} has no other run with these metrics.")
             else:
                 components.show_figure(fig, "acr._group")
         left, right = st.columns(2)

@@ -3,7 +3,7 @@ window-map diff of two of them with changed heads outlined."""
 
 import streamlit as st
 
-from frontend import api, comparable, components, group_panels, views
+from frontend import api, comparable, components, group_panels, user_text, views
 
 PAGE = "compare"
 AGGS = ["last", "min", "max", "at_step"]
@@ -52,7 +52,7 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
         st.stop()
     fams = comparable.families([r for r in runs if r["id"] in chosen])
     if len(fams) > 1:
-        st.info(f"These runs come from {len(fams)} different models ({'; '.join(fams)}); their numbers are not "
+        st.info(f"These runs come from {len(fams)} different models ({user_text.md('; '.join(fams))}); their numbers are not "
                 "comparable, so each model's curves get their own axes and the table names each run's model.",
                 icon="ℹ️")
 
@@ -89,7 +89,7 @@ with api.guard("window-map diff"):
                 fig, n = views.window_diff(a, b)
                 components.show_figure(fig, "compare._diff")
             except api.ApiError as exc:  # e.g. a tracked run that stored no window map
-                components.placeholder(f"No window-map diff for runs #{a} and #{b}: {exc.detail}")
+                components.placeholder(f"No window-map diff for runs #{a} and #{b}: {user_text.md(exc.detail)}")
     else:
         st.caption("Pick two runs with window maps (ours, not the paper's figures) to see their diff.")
 

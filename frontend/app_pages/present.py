@@ -3,7 +3,7 @@ exported as one offline HTML deck."""
 
 import streamlit as st
 
-from frontend import api, components, export, view_manager, views
+from frontend import api, components, export, user_text, view_manager, views
 
 PAGE = "present"
 state = components.bind_state(PAGE)
@@ -51,11 +51,11 @@ state = components.current_state(PAGE)
 components.publish(PAGE, state)
 
 view = next(v for v in saved if v["id"] == deck[st.session_state[sk]])
-with api.guard(f"slide “{view['name']}”"), st.spinner(f"Rendering “{view['name']}”..."):
+with api.guard(f"slide “{view['name']}”"), st.spinner(f"Rendering “{user_text.md(view['name'])}”..."):
     sec = views.build_section(view["page"], view["state"])
-    st.header(view["name"])
-    for line in sec.lines:
-        st.markdown(f"- {line}")
+    st.header(user_text.md(view["name"]))
+    for line in sec.lines:  # they name runs and metric keys
+        st.markdown(f"- {user_text.md(line)}")
     cols = st.columns(2 if len(sec.figures) > 1 else 1)
     for i, (name, fig) in enumerate(sec.figures.items()):
         with cols[i % len(cols)]:

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from frontend import api, components, groups, jobs, run_table, views
+from frontend import api, components, groups, jobs, run_table, user_text, views
 
 PAGE = "runs"
 STATUSES = ["", "SCHEDULED", "PENDING", "RUNNING", "FINISHED", "FAILED", "KILLED"]
@@ -98,9 +98,9 @@ def runs_table() -> None:
 
 def run_details(run: dict) -> None:
     """The last selected run: identity, every param, and its editable description, notes and tags."""
-    with st.expander(f"Run #{run['id']} {run['name']}: identity, all {len(run.get('params') or {})} params, notes",
-                     expanded=True):
-        st.markdown(" · ".join(f"**{k}** {v}" for k, v in run_table.identity_items(run)))
+    with st.expander(f"Run #{run['id']} {user_text.md(run['name'])}: identity, all {len(run.get('params') or {})} params, "
+                     "notes", expanded=True):
+        st.markdown(" · ".join(f"**{k}** {user_text.md(v)}" for k, v in run_table.identity_items(run)))
         st.dataframe(run_table.params_frame(run), hide_index=True, key=f"runs._params.{run['id']}")
         with st.form(f"runs._edit.{run['id']}"):
             desc = st.text_input("Description", run.get("description") or "", disabled=run.get("read_only"))
