@@ -18,10 +18,10 @@ import pytest
 from sqlalchemy import select
 
 from aah_core.presets import get_preset
-from backend import metric_store, store
 from backend.app import create_app
-from backend.db import transaction
-from backend.models import LatestMetric
+from backend.store import metric_store, run_store
+from backend.store.db import transaction
+from backend.store.tables import LatestMetric
 from tests.backend.conftest import make_settings
 from tests.backend.test_load_isolation import serving
 from tests.conftest import DATABASES, database_url
@@ -50,7 +50,7 @@ def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         ids = []
         for seed in (0, 1):
             with transaction(app.state.sessions) as s:
-                ids.append(store.create_run(s, name=f"long-{seed}", experiment="bounded", status="FINISHED",
+                ids.append(run_store.create_run(s, name=f"long-{seed}", experiment="bounded", status="FINISHED",
                                             source="suite", group="g", seed=seed))
             values = {step: loss(step, seed) for step in range(STEPS)}
             if seed == 0:
@@ -176,11 +176,11 @@ def test_a_run_holds_at_most_max_metric_keys_keys(live):
         assert len(s.scalars(select(LatestMetric.key).where(LatestMetric.run_id == run_id)).all()) == limit
     # every summary of it stays small: its first keys by name, and how many it holds
     run = get(url, f"/runs/{run_id}").json()
-    assert run["n_keys"] == limit and len(run["summary"]) == store.SUMMARY_KEYS
+    assert run["n_keys"] == limit and len(run["summary"]) == run_store.SUMMARY_KEYS
     listing = get(url, "/runs", limit=1000)
     assert listing.status_code == 200 and len(listing.content) < MAX_RESPONSE
     many = post(url, "/runs/compare", {"run_ids": [run_id, *app.state.long_runs]})
-    assert many.status_code == 200 and len(many.json()["keys"]) == store.SUMMARY_KEYS + 1
+    assert many.status_code == 200 and len(many.json()["keys"]) == run_store.SUMMARY_KEYS + 1
 
 
 def test_long_in_lists_are_batched(live):
