@@ -52,8 +52,9 @@ def _fill(engine: Engine) -> None:
             conn.execute(text("INSERT INTO metrics (run_id, key, step, value, special, timestamp) "
                               "VALUES (:r, :k, :s, :v, NULL, :ts)"), rows)
             conn.execute(text("INSERT INTO latest_metrics (run_id, key, step, value, timestamp) VALUES "
-                              "(:r, 'train_loss', :s, :v, 1.0)"),
-                         {"r": run_id, "s": N_STEPS - 1, "v": _value(run_id, "train_loss", N_STEPS - 1)})
+                              "(:r, :k, :s, :v, 1.0)"),  # every key's latest row, as the service keeps them
+                         [{"r": run_id, "k": key, "s": N_STEPS - 1, "v": _value(run_id, key, N_STEPS - 1)}
+                          for key in ("train_loss", "causal_coverage")])
             for layer in range(2):
                 for head in range(2):
                     conn.execute(text("INSERT INTO window_plans (run_id, step, layer, head, window) VALUES "
