@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 from aah_core.presets import get_preset
 from backend.app import create_app
+from backend.schemas.tracking import SECRET_HEADER
 from backend.store import metric_store, run_store
 from backend.store.db import transaction
 from backend.store.tables import LatestMetric
@@ -159,12 +160,12 @@ def test_a_run_holds_at_most_max_metric_keys_keys(live):
     created = post(url, "/tracking/runs", {"run_key": uuid.uuid4().hex, "name": "many keys",
                                            "config": get_preset("tiny").to_dict()})
     assert created.status_code == 201, created.text
-    run_id = created.json()["run"]["id"]
+    run_id, secret = created.json()["run"]["id"], created.json()["write_secret"]
     limit = app.state.settings.max_metric_keys
 
     def log(keys: range) -> httpx.Response:
-        return post(url, f"/tracking/runs/{run_id}/log",
-                    {"metrics": [{"key": f"k{i:05d}", "step": 1, "value": 1.0, "time": 1.0} for i in keys]})
+        return httpx.post(f"{url}{API}/tracking/runs/{run_id}/log", headers={SECRET_HEADER: secret}, timeout=120,
+                          json={"metrics": [{"key": f"k{i:05d}", "step": 1, "value": 1.0, "time": 1.0} for i in keys]})
 
     too_many = log(range(limit + 1))
     assert too_many.status_code == 422 and str(limit) in too_many.json()["detail"]
