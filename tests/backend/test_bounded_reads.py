@@ -17,6 +17,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from aah_client import ApiClient
 from aah_core.presets import get_preset
 from backend.app import create_app
 from backend.schemas.tracking import SECRET_HEADER
@@ -134,6 +135,9 @@ def test_paging_with_a_cursor_returns_the_full_series_exactly(live):
         full = metric_store.read_metrics(s, run_id, ["loss"])["loss"]
     assert (steps, values, stamps) == (full.step, full.value, full.timestamp) and len(steps) == STEPS
     assert nonfinite == KINDS
+    with ApiClient(url) as client:  # the client's reader of every page
+        history = client.metric_history(run_id, ["loss"], page_size=70_000)["loss"]
+    assert (history["step"], history["value"], history["timestamp"]) == (full.step, full.value, full.timestamp)
     for bad in ("nonsense", "W10", "WyJsb3NzIiwgLTFd"):  # not base64 JSON; not a pair; step -1
         r = get(url, f"/runs/{run_id}/metrics", cursor=bad)
         assert r.status_code == 422 and "cursor" in r.json()["detail"]
