@@ -236,7 +236,8 @@ def share_bar(page: str, state: dict[str, Any], section: Callable[[], export.Sec
         if c2.button("Save view", key=f"{page}._saveview", disabled=not name.strip()):
             with api.guard("saving the view"):
                 view = api.call("create_view", name.strip(), page, url_state.encode_state(page, state))
-                st.success(f"Saved view #{view['id']} “{user_text.md(view['name'])}”; step through saved views on Present.")
+                saved = user_text.md(view["name"])
+                st.success(f"Saved view #{view['id']} “{saved}”; step through saved views on Present.")
         if section is None:
             return
         if st.button("Prepare offline HTML", key=f"{page}._html"):

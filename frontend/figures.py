@@ -319,7 +319,8 @@ def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float |
                                  line=dict(color=color, width=1 if smooth else 2), marker=dict(color=color, size=6),
                                  opacity=0.35 if smooth else 1.0))
         if smooth:
-            fig.add_trace(go.Scatter(x=list(steps), y=ema(values, smoothing), name=f"{user_text.svg(name)} (EMA {smoothing:g})",
+            fig.add_trace(go.Scatter(x=list(steps), y=ema(values, smoothing),
+                                     name=f"{user_text.svg(name)} (EMA {smoothing:g})",
                                      mode="lines", line=dict(color=color, width=2.5), legendgroup=name,
                                      connectgaps=True, hovertemplate="%{y:.4g} (smoothed)<extra></extra>"))
     fig.update_xaxes(title="step")

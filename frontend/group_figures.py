@@ -62,7 +62,8 @@ def group_band_figure(curves: Mapping[str, Mapping[str, Sequence[Any]]], band: s
                                  line=dict(color=color, width=2.5), customdata=list(curve.get("n") or []),
                                  hovertemplate="step %{x}: mean %{y:.4g} over %{customdata} runs<extra></extra>"))
     for name, (steps, values) in (overlay or {}).items():
-        fig.add_trace(go.Scatter(x=list(steps), y=finite(values), mode="lines", name=user_text.svg(name), connectgaps=True,
+        fig.add_trace(go.Scatter(x=list(steps), y=finite(values), mode="lines", name=user_text.svg(name),
+                                 connectgaps=True,
                                  line=dict(color="#333333", width=1, dash="dot")))
     fig.update_xaxes(title="step")
     fig.update_yaxes(title=user_text.svg(y_title), range=list(y_range) if y_range else None)

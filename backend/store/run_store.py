@@ -146,7 +146,8 @@ def runs_public(s: Session, run_ids: Sequence[int]) -> list[RunPublic]:
             progress = Progress(step=run.progress_step or 0, total_steps=run.total_steps)
         out.append(RunPublic(
             id=run.id, name=run.name, experiment=exp, status=run.status, preset=run.preset,
-            params=params[run_id], summary=summary.get(run_id, {}), n_keys=n_keys.get(run_id, 0), created_at=iso(run.created_at),
+            params=params[run_id], summary=summary.get(run_id, {}), n_keys=n_keys.get(run_id, 0),
+            created_at=iso(run.created_at),
             started_at=iso(run.started_at), ended_at=iso(run.ended_at), progress=progress, error=run.error,
             read_only=run.read_only, checkpoint=run.checkpoint, data_hash=run.data_hash, git_rev=run.git_rev,
             source=run.source, group=run.group_name, seed=run.seed, description=run.description, notes=run.notes,

@@ -148,7 +148,8 @@ class LatestMetric(_MetricValue, Base):
 
 class MetricRollup(Base):
     """One step bucket of a metric series at one level: its first row, the rows of its finite minimum
-    and maximum and its count of non-finite rows (backend/rollups.py keeps them; downsampled reads of long ranges read these rows).
+    and maximum and its count of non-finite rows (backend/store/rollups.py keeps them; downsampled reads of
+    long ranges read these rows).
     Written with the metric rows, so, like them, without a foreign key (see Metric)."""
 
     __tablename__ = "metric_rollups"

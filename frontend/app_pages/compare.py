@@ -52,7 +52,8 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
         st.stop()
     fams = comparable.families([r for r in runs if r["id"] in chosen])
     if len(fams) > 1:
-        st.info(f"These runs come from {len(fams)} different models ({user_text.md('; '.join(fams))}); their numbers are not "
+        families = user_text.md("; ".join(fams))
+        st.info(f"These runs come from {len(fams)} different models ({families}); their numbers are not "
                 "comparable, so each model's curves get their own axes and the table names each run's model.",
                 icon="ℹ️")
 

@@ -98,8 +98,8 @@ def runs_table() -> None:
 
 def run_details(run: dict) -> None:
     """The last selected run: identity, every param, and its editable description, notes and tags."""
-    with st.expander(f"Run #{run['id']} {user_text.md(run['name'])}: identity, all {len(run.get('params') or {})} params, "
-                     "notes", expanded=True):
+    name, n_params = user_text.md(run["name"]), len(run.get("params") or {})
+    with st.expander(f"Run #{run['id']} {name}: identity, all {n_params} params, notes", expanded=True):
         st.markdown(" · ".join(f"**{k}** {user_text.md(v)}" for k, v in run_table.identity_items(run)))
         st.dataframe(run_table.params_frame(run), hide_index=True, key=f"runs._params.{run['id']}")
         with st.form(f"runs._edit.{run['id']}"):
