@@ -185,8 +185,9 @@ def _search_nonfinite(conn: Connection, where: list[ColumnElement[bool]], ranges
         if len(found) >= limit:
             break
         steps = or_(*(Metric.step.between(lo, hi) for lo, hi in chunk))
-        found += conn.execute(select(Metric.step, Metric.special).where(*where, Metric.special.is_not(None), steps)
-                              .order_by(Metric.step).limit(limit - len(found))).tuples().all()
+        rows = conn.execute(select(Metric.step, Metric.special).where(*where, Metric.special.is_not(None), steps)
+                            .order_by(Metric.step).limit(limit - len(found))).tuples()
+        found += [(step, str(kind)) for step, kind in rows]
     return NonFinite(step=[f[0] for f in found], kind=[f[1] for f in found], total=total)
 
 

@@ -79,7 +79,7 @@ class GroupSeriesResponse(Response):
     series: dict[str, GroupCurve]
 
 
-def describe(values: Sequence[float | None]) -> GroupStat | None:
+def describe(values: Sequence[float | str | None]) -> GroupStat | None:
     """Mean, sample std, min and max of the finite values; None when there are none."""
     xs = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
     if not xs:
@@ -165,7 +165,7 @@ def group_series(s: Session, experiment: str, group: str, keys: Sequence[str] | 
     runs = _group_runs(s, experiment=experiment, group=group).get((experiment, group))
     if not runs:
         raise NotFound(f"no runs in group {group!r} of experiment {experiment!r}")
-    per_key: dict[str, dict[int, tuple[list[int], list[float | str | None]]]] = defaultdict(dict)
+    per_key: dict[str, dict[int, tuple[Sequence[int], Sequence[float | str | None]]]] = defaultdict(dict)
     nonfinite: dict[str, dict[str, NonFinite]] = defaultdict(dict)
     for run_id, _, _ in runs:
         for key, series in read_downsampled(s, run_id, max_points, keys)[0].items():

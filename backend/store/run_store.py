@@ -34,7 +34,6 @@ from backend.store.tables import (
     WindowAssignment,
 )
 
-
 T = TypeVar("T")
 IN_BATCH = 500  # bound parameters per IN list or OR of ranges (SQLite allows 32,766 a statement)
 SUMMARY_KEYS = 100  # latest values a run's summary lists (by key name); RunPublic.n_keys counts them all

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
+from alembic import command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from alembic import command
 from sqlalchemy import inspect, select
 
 from backend.store import metric_store, rollups, run_store
