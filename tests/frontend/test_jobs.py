@@ -27,7 +27,8 @@ def test_progress_text_and_the_lines_of_ended_jobs():
 def test_a_cluster_job_says_where_it_runs_and_why_it_waits():
     run = {**_run(5, "PENDING", 0, 30), "target": "slurm", "engine_job_id": "42",
            "pending_reason": "ReqNodeNotAvail, May be reserved for other job"}
-    assert jobs.progress_text(run) == (
+    frac, text = jobs.progress_text(run)  # Markdown, the run's and the engine's words escaped: shown as typed
+    assert (frac, text.replace("\\", "")) == (
         0.0, "#5 r5 on slurm job 42: PENDING, step 0/30 (ReqNodeNotAvail, May be reserved for other job)")
     assert jobs.signature([run]) == {5: "PENDING"}  # a queued job is active: its start redraws the page
 
