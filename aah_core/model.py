@@ -18,6 +18,7 @@ from aah_core.attention import windowed_attention
 from aah_core.attention.reference import attention_probs as reference_probs
 from aah_core.data.tokenizers import Tokenizer
 from aah_core.errors import AAHError
+from aah_core.head_loss import head_token_losses
 from aah_core.model_api import LayerCache
 from aah_core.model_config import ModelConfig
 from aah_core.windows import full_plan
@@ -231,6 +232,11 @@ class WindowedGPT(nn.Module):
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Final residual [B, T, C] -> logits [B, T, V]."""
         return self.lm_head(self.ln_f(x))
+
+    def token_losses(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Final residual [B, T, C] and targets [B, T] -> per-token cross-entropy [B, T] (0 where the
+        target is -1), the vocabulary taken in chunks."""
+        return head_token_losses(self.ln_f(x), self.lm_head.weight, None, targets)
 
     def queries_keys(self, x: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The residual entering `layer` [B, T, C] -> its q, k [B, H, T, D] (rotary applied)."""

@@ -100,6 +100,11 @@ class WindowedLM(Protocol):
         """The residual after the last layer [B, T, C] -> logits [B, T, V]."""
         ...
 
+    def token_losses(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The residual after the last layer [B, T, C] and targets [B, T] -> per-token cross-entropy [B, T]
+        (0 where the target is -1), float32 (float64 for a float64 model), without holding B x T x V logits."""
+        ...
+
     def queries_keys(self, x: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The residual entering `layer` -> its attention's q and k, each [B, n_head, T, D], positions
         applied, key heads repeated to the query heads they serve, q scaled so that

@@ -14,10 +14,12 @@ from aah_core.config import DataConfig
 from aah_core.data import DataStream
 from aah_core.errors import CheckpointError
 from aah_core.hf.folder import is_hf_folder, read_config_json
+from aah_core.hf.precision import Precision
 from aah_core.model_api import WindowedLM, power_of_two_buckets
 from aah_core.paths import ReadRoots, confine_data_paths, confine_folder_files
 
 AAH_FAMILY = "aah"  # WindowedGPT, AAH Studio's own checkpoints
+PRECISION_SAMPLE_SEQS = 1  # evaluation sequences the float32 / bfloat16 loss difference is measured on
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class ModelDescription:
 class OpenedModel:
     model: WindowedLM
     stream: DataStream  # fixed evaluation batches and texts, in the model's own tokenizer
+    precision: Precision | None = None  # a Hugging Face model's evaluation dtype, measured (aah_core/hf/precision.py)
 
 
 def _hugging_face(path: Path) -> bool:
@@ -58,7 +61,7 @@ def describe_model(path: str | Path, seq_len: int | None = None, roots: ReadRoot
     if _hugging_face(path):
         from aah_core.hf import describe_hf_model
 
-        hf = describe_hf_model(path, seq_len)
+        hf = describe_hf_model(path, seq_len, dtype="float32")  # loaded in float32, then settled (open_model)
         return ModelDescription(hf.family, hf.n_layer, hf.n_head, hf.seq_len, power_of_two_buckets(hf.seq_len),
                                 hf.n_params, hf.dtype, None)
     info = read_checkpoint_info(path)
@@ -72,16 +75,20 @@ def describe_model(path: str | Path, seq_len: int | None = None, roots: ReadRoot
 
 
 def open_model(path: str | Path, seq_len: int | None = None, roots: ReadRoots | None = None) -> OpenedModel:
-    """Load a model folder of either format, confined to `roots` as describe_model is. Raises
+    """Load a model folder of either format, confined to `roots` as describe_model is; a Hugging Face model
+    in the dtype that is faster here (aah_core/hf/precision.py, its loss difference measured). Raises
     CheckpointError or InvalidConfig (or ValueError for its data)."""
     path = Path(path)
     if roots is not None:
         confine_folder_files(path, roots.folder)
     if _hugging_face(path):
         from aah_core.hf import open_hf_model
+        from aah_core.hf.precision import settle_precision
 
-        model = open_hf_model(path, seq_len)
-        return OpenedModel(model, DataStream(DataConfig(), model.seq_len, tokenizer=model.tokenizer, eval_only=True))
+        model = open_hf_model(path, seq_len, dtype="float32")
+        stream = DataStream(DataConfig(), model.seq_len, tokenizer=model.tokenizer, eval_only=True)
+        precision = settle_precision(model, stream.eval_batch("text", PRECISION_SAMPLE_SEQS))
+        return OpenedModel(model, stream, precision)
     ckpt = load_checkpoint(path, roots=roots)  # its data paths confined before its tokenizer is built
     stream = DataStream(ckpt.config.data, ckpt.config.model.seq_len, tokenizer=ckpt.model.tokenizer, eval_only=True)
     return OpenedModel(ckpt.model, stream)

@@ -21,6 +21,20 @@ COVERAGE_KEYS = ("acr", "causal_coverage", "tile_coverage")
 # -- models and the editor ---------------------------------------------------------------------------
 
 
+def model_caption(model: dict) -> str:
+    """The model's evaluation dtype and, where it was measured, bfloat16's loss difference against float32."""
+    p = model.get("precision")
+    if not p:
+        return f"Evaluated in {model.get('dtype', 'float32')}."
+    why = (f"bfloat16 products run {p['bf16_speedup']:.1f}× as fast as float32 here"
+           if p["choice"] == "measured" else "as requested")
+    text = f"Evaluated in {p['dtype']} ({why})."
+    if p.get("loss_delta") is not None:
+        text += (f" Loss in bfloat16 {p['loss_bfloat16']:.4f} vs float32 {p['loss_float32']:.4f}"
+                 f" (Δ {p['loss_delta']:+.4f}) on {p['tokens']:,} tokens, the model's own windows.")
+    return text
+
+
 def pick_model(model_id: str) -> dict:
     """The model named in the state, or the first one the API lists."""
     models = api.cached("models")

@@ -8,11 +8,9 @@ recomputes layers >= L only. The cache follows the latest plan evaluated.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from aah_core.config import RunConfig
 from aah_core.data import DataStream, EvalBatch
-from aah_core.model import token_losses
 from aah_core.model_api import WindowedLM
 
 
@@ -26,8 +24,9 @@ def model_device(model: WindowedLM) -> torch.device:
     return next(model.parameters()).device
 
 
-def _mean_loss(logits: torch.Tensor, targets: torch.Tensor) -> float:
-    return float(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1))
+def _mean_loss(losses: torch.Tensor, targets: torch.Tensor) -> float:
+    """Mean of per-token losses over the target tokens (those not -1)."""
+    return float(losses.sum() / (targets >= 0).sum())
 
 
 @torch.no_grad()
@@ -35,8 +34,8 @@ def evaluate_loss(model: WindowedLM, batch: EvalBatch, plan: torch.Tensor | None
     """Mean cross-entropy over the batch's target tokens under `plan` (default: the model's own)."""
     plan = model.plan if plan is None else plan
     batch = batch.to(model_device(model))
-    logits = model.logits(model.run_layers(model.embed(batch.idx), plan, backend=backend))
-    return _mean_loss(logits, batch.targets)
+    final = model.run_layers(model.embed(batch.idx), plan, backend=backend)
+    return _mean_loss(model.token_losses(final, batch.targets), batch.targets)
 
 
 class PrefixCachedEvaluator:
@@ -73,9 +72,9 @@ class PrefixCachedEvaluator:
 
     @torch.no_grad()
     def loss(self, plan: torch.Tensor) -> float:
-        return _mean_loss(self.model.logits(self.final_residual(plan)), self.batch.targets)
+        return _mean_loss(self.token_losses(plan), self.batch.targets)
 
     @torch.no_grad()
     def token_losses(self, plan: torch.Tensor) -> torch.Tensor:
         """Per-token losses [B, T] (0 where the target is ignored)."""
-        return token_losses(self.model.logits(self.final_residual(plan)), self.batch.targets)
+        return self.model.token_losses(self.final_residual(plan), self.batch.targets)

@@ -82,9 +82,10 @@ def new_cache(model: WindowedLM, plan: torch.Tensor, backend: str = "auto") -> K
 
 @torch.no_grad()
 def forward_cached(model: WindowedLM, idx: torch.Tensor, cache: KVCache, plan: torch.Tensor) -> torch.Tensor:
-    """Logits [B, T, V] of idx [B, T] at the positions after the cached ones; the cache takes them in."""
+    """Logits [B, V] of the next token after idx [B, T] (positions after the cached ones); the cache
+    takes idx in. The LM head runs on the last position only: once per generated token."""
     x = model.embed(idx, cache.start)
-    return model.logits(model.run_layers(x, plan, cache=cache.layers))
+    return model.logits(model.run_layers(x, plan, cache=cache.layers)[:, -1:])[:, 0]
 
 
 @torch.no_grad()
@@ -116,7 +117,7 @@ def generate(
     sizes: list[int] = []
     reason: StopReason = "context" if T0 >= seq_len else "max_new_tokens"
     if T0 < seq_len and max_new_tokens > 0:
-        logits = forward_cached(model, prompt, cache, plan)[:, -1]  # (B, V)
+        logits = forward_cached(model, prompt, cache, plan)  # (B, V)
         while True:
             sizes.append(cache.nbytes())
             new.append(sample(logits, sampling, gen))
@@ -126,6 +127,6 @@ def generate(
             if T0 + len(new) == seq_len:
                 reason = "context"
                 break
-            logits = forward_cached(model, new[-1].view(-1, 1), cache, plan)[:, -1]
+            logits = forward_cached(model, new[-1].view(-1, 1), cache, plan)
     tokens = torch.stack(new, dim=1) if new else prompt.new_zeros((prompt.shape[0], 0))
     return Generation(tokens, reason, T0, sizes)

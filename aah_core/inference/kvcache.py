@@ -1,10 +1,18 @@
 """Per-head KV caches sized by each head's window, for incremental decoding.
 
-A layer's key/value heads are grouped by window (a window bucket). A bucket with window
-W < max_len keeps a ring buffer of at most W keys and values: position p lives in slot
-p mod W (Mistral's rolling buffer, here per head), so after t positions the bucket holds
-min(t, W) of them. A bucket whose window covers the whole context (full heads) grows.
-Buffers grow by doubling up to their window, so a buffer never has more than W slots.
+Each key/value head keeps a ring buffer of at most W keys and values, W its window: position p
+lives in slot p mod W (Mistral's rolling buffer, here per head), so after t positions the head
+holds min(t, W) of them. A head whose window covers the whole context grows up to it. Buffers
+grow by doubling up to their window, so a buffer never has more than W slots.
+
+A layer keeps all its heads' buffers in one flat tensor [B, slots, D] (head j's ring is the
+segment offsets[j] .. offsets[j] + capacity[j]), so a decode step is the same handful of tensor
+operations whatever the windows: one index_copy_ writes the new key (and value) of every head,
+and one attention over the flat buffer scores each slot against its own head's query, with a
+softmax per segment (scatter_reduce / index_add_ over the slots' head index). Only the slots a
+head holds are touched: the step's attention work is the plan's, not the full context's. When
+every head has the same window the segments are equal and the buffer is a plain [B, n, W, D]
+tensor: one scaled_dot_product_attention call.
 
 Keys are cached after the rotary rotation: a cached key already carries its position,
 so the slot order inside a buffer does not matter to attention (softmax over a set).
@@ -15,7 +23,8 @@ window masks the cached positions outside its own window, so decoding stays exac
 
 The cache knows nothing about a model: a layer hands it q [B, H, T, D] and k, v
 [B, n_kv_head, T, D] at positions start .. start+T-1 and gets [B, H, T, D] back. The first
-call (the prompt) goes through `windowed_attention`; later calls take one position each.
+call (the prompt) goes through `windowed_attention` (the banded kernels); later calls take one
+position each.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ import torch.nn.functional as F
 from aah_core.attention import windowed_attention
 from aah_core.errors import InvalidWindowPlan
 
+MIN_CAPACITY = 16  # a growing buffer starts with at least this many slots
+
 
 def kv_head_windows(windows: Sequence[int], n_kv_head: int) -> list[int]:
     """Each kv head's window: the largest window among the query heads that share it."""
@@ -41,7 +52,7 @@ def kv_head_windows(windows: Sequence[int], n_kv_head: int) -> list[int]:
 
 @dataclass
 class BucketSize:
-    """What one window bucket of one layer holds: `length` positions in `capacity` slots per head."""
+    """What the kv heads of one window hold in one layer: `length` positions in `capacity` slots per head."""
 
     window: int
     n_kv_head: int
@@ -49,57 +60,25 @@ class BucketSize:
     capacity: int
 
 
-class _Bucket:
-    """The keys and values of the kv heads that share one window."""
+class _Layout:
+    """Where each kv head's ring lies in the flat buffer, and per slot: its head, its ring index, the
+    head's window and its query heads' windows (for the step's masks)."""
 
-    def __init__(self, window: int, q_windows: torch.Tensor) -> None:
-        self.window = window
-        self.q_windows = q_windows  # (n, g): the window of each query head reading these kv heads
-        self.masked = bool((q_windows < window).any())  # some query head sees less than the buffer
-        self.k: torch.Tensor | None = None  # (B, n, capacity, D)
-        self.v: torch.Tensor | None = None
-        self.length = 0  # positions held (<= capacity <= window)
+    def __init__(self, kv_windows: torch.Tensor, q_windows: torch.Tensor, capacity: int) -> None:
+        self.kv_windows = kv_windows  # (n,)
+        self.q_windows = q_windows  # (n, g)
+        self.capacities = kv_windows.clamp(max=capacity)  # (n,)
+        self.offsets = torch.cumsum(self.capacities, 0) - self.capacities  # (n,)
+        self.slots = int(self.capacities.sum())
+        self.head = torch.repeat_interleave(torch.arange(len(kv_windows)), self.capacities)  # (S,)
+        self.ring = torch.arange(self.slots) - self.offsets[self.head]  # (S,) index inside the head's ring
+        self.window = kv_windows[self.head]  # (S,)
+        self.q_window = q_windows[self.head]  # (S, g)
 
-    def fill(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store the last min(T, W) positions of a prompt k, v [B, n, T, D] in their slots."""
-        T = k.shape[2]
-        keep = min(T, self.window)
-        k, v = k[:, :, T - keep :], v[:, :, T - keep :]  # positions T-keep .. T-1
-        if keep == self.window:  # position p goes to slot p mod W
-            shift = T % self.window
-            k, v = k.roll(shift, dims=2), v.roll(shift, dims=2)
-        self.k, self.v, self.length = k.contiguous(), v.contiguous(), keep
-        self.q_windows = self.q_windows.to(k.device)
-
-    def append(self, k: torch.Tensor, v: torch.Tensor, pos: int) -> None:
-        """Store one position's k, v [B, n, 1, D] in slot pos mod W, growing the buffer while it is short."""
-        assert self.k is not None and self.v is not None
-        slot = pos % self.window
-        if self.length < self.window:
-            assert slot == self.length  # while short, positions 0..length-1 sit in slots 0..length-1
-            if self.length == self.k.shape[2]:
-                capacity = min(self.window, max(2 * self.length, 16))
-                grow = (0, 0, 0, capacity - self.length)
-                self.k, self.v = F.pad(self.k, grow), F.pad(self.v, grow)  # (B, n, capacity, D)
-            self.length += 1
-        self.k[:, :, slot : slot + 1] = k
-        self.v[:, :, slot : slot + 1] = v
-
-    def attend(self, q: torch.Tensor, pos: int, scale: float | None) -> torch.Tensor:
-        """q [B, n, g, D] (the query heads of each kv head, at position pos) -> [B, n, g, D]."""
-        assert self.k is not None and self.v is not None
-        k, v = self.k[:, :, : self.length], self.v[:, :, : self.length]  # (B, n, L, D)
-        mask = None
-        if self.masked:
-            slots = torch.arange(self.length, device=q.device)
-            held = pos - (pos - slots) % self.window  # (L,) the position each slot holds
-            mask = held.view(1, 1, -1) > pos - self.q_windows.unsqueeze(-1)  # (n, g, L)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-
-    def size(self) -> BucketSize:
-        capacity = 0 if self.k is None else self.k.shape[2]
-        n = self.q_windows.shape[0]
-        return BucketSize(self.window, n, self.length, capacity)
+    def to(self, device: torch.device) -> _Layout:
+        for name in ("kv_windows", "q_windows", "capacities", "offsets", "head", "ring", "window", "q_window"):
+            setattr(self, name, getattr(self, name).to(device))
+        return self
 
 
 class LayerKVCache:
@@ -112,23 +91,17 @@ class LayerKVCache:
         self.backend = backend
         self.n_kv_head = n_kv_head
         self.group = len(self.windows) // n_kv_head
-        kv_windows = kv_head_windows(self.windows, n_kv_head)
-        by_window: dict[int, list[int]] = {}
-        for j, w in enumerate(kv_windows):
-            by_window.setdefault(w, []).append(j)
-        q_windows = torch.tensor(self.windows).view(n_kv_head, self.group)  # (n_kv_head, g)
-        self.buckets = [_Bucket(w, q_windows[heads]) for w, heads in by_window.items()]
-        self.sizes_per_bucket = [len(heads) for heads in by_window.values()]
-        order = [j for heads in by_window.values() for j in heads]
-        self.perm = None if order == sorted(order) else torch.tensor(order)
-        self.inverse = None if self.perm is None else torch.argsort(self.perm)
+        self.kv_windows = kv_head_windows(self.windows, n_kv_head)
+        self._kv_windows = torch.tensor(self.kv_windows)  # (n,)
+        self._q_windows = torch.tensor(self.windows).view(n_kv_head, self.group)  # (n, g)
+        self.uniform = len(set(self.kv_windows)) == 1  # equal segments: the buffer is [B, n, W, D]
+        self.masked = bool((self._q_windows < self._kv_windows.unsqueeze(1)).any())  # a query head sees less
+        self.max_window = max(self.kv_windows)
+        self.capacity = 0  # slots of a head whose window is larger (the others have their window's)
+        self.layout: _Layout | None = None
+        self.k: torch.Tensor | None = None  # (B, slots, D)
+        self.v: torch.Tensor | None = None
         self.start = 0  # positions seen
-
-    def _split(self, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """[B, n_kv_head, ...] -> one view per bucket (kv heads permuted so buckets are contiguous)."""
-        if self.perm is not None:
-            t = t.index_select(1, self.perm.to(t.device))
-        return t.split(self.sizes_per_bucket, dim=1)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
         """q [B, H, T, D], k, v [B, n_kv_head, T, D] at positions start.. -> attention output [B, H, T, D].
@@ -144,29 +117,97 @@ class LayerKVCache:
         self.start += T
         return out
 
+    def _relayout(self, capacity: int, device: torch.device) -> _Layout:
+        self.capacity = capacity
+        self.layout = _Layout(self._kv_windows, self._q_windows, capacity).to(device)
+        return self.layout
+
     def _prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
-        for bucket, kb, vb in zip(self.buckets, self._split(k), self._split(v)):
-            bucket.fill(kb, vb)
+        T = k.shape[2]
+        lay = self._relayout(T, k.device)  # capacity min(W, T): exactly the positions kept
+        # slot of each head's ring r holds position T-1 - ((T-1 - r) mod W): the last min(T, W) positions
+        held = (T - 1) - ((T - 1) - lay.ring) % lay.window  # (S,)
+        self.k = k[:, lay.head, held]  # (B, S, D)
+        self.v = v[:, lay.head, held]
         if self.group > 1:  # each query head reads its kv head
             k = k.repeat_interleave(self.group, dim=1)  # (B, H, T, D)
             v = v.repeat_interleave(self.group, dim=1)
         return windowed_attention(q, k, v, self.windows, backend=self.backend, scale=scale)
 
+    def _grow(self) -> None:
+        """Double the rings that are full and shorter than their window (all at once: they hold the same t)."""
+        assert self.k is not None and self.v is not None and self.layout is not None
+        old = self.layout
+        lay = self._relayout(min(self.max_window, max(2 * self.capacity, MIN_CAPACITY)), self.k.device)
+        keep = lay.ring < old.capacities[lay.head]  # (S_new,): slots that existed before
+        source = old.offsets[lay.head] + lay.ring  # their old index
+        B, _, D = self.k.shape
+        for name in ("k", "v"):
+            grown = self.k.new_zeros(B, lay.slots, D)
+            grown[:, keep] = getattr(self, name)[:, source[keep]]
+            setattr(self, name, grown)
+
     def _step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
+        assert self.k is not None and self.v is not None and self.layout is not None
         B, H, _, D = q.shape
         pos = self.start
-        qg = q.view(B, self.n_kv_head, self.group, D)  # (B, n_kv_head, g, D): query heads by kv head
-        outs = []
-        for bucket, qb, kb, vb in zip(self.buckets, self._split(qg), self._split(k), self._split(v)):
-            bucket.append(kb, vb, pos)
-            outs.append(bucket.attend(qb, pos, scale))  # (B, n, g, D)
-        out = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]  # (B, n_kv_head, g, D), bucket order
-        if self.inverse is not None:
-            out = out.index_select(1, self.inverse.to(out.device))  # back in kv-head order
-        return out.reshape(B, H, 1, D)  # (B, H, 1, D)
+        if pos == self.capacity and pos < self.max_window:
+            self._grow()
+        lay = self.layout
+        slots = lay.offsets + pos % lay.kv_windows  # (n,): slot pos mod W of each head's ring
+        self.k.index_copy_(1, slots, k[:, :, 0])
+        self.v.index_copy_(1, slots, v[:, :, 0])
+        # the position each slot holds; slots a ring has not reached yet (ring > pos) hold none
+        held = pos - (pos - lay.ring) % lay.window  # (S,)
+        if self.uniform:
+            return self._uniform_step(q, held, scale)
+        visible = (lay.ring <= pos).unsqueeze(1) & (held.unsqueeze(1) > pos - lay.q_window)  # (S, g)
+        return self._segment_attention(q.view(B, self.n_kv_head, self.group, D), visible, scale).view(B, H, 1, D)
+
+    def _uniform_step(self, q: torch.Tensor, held: torch.Tensor, scale: float | None) -> torch.Tensor:
+        """Equal segments: [B, n, W, D] views and one scaled_dot_product_attention call."""
+        assert self.k is not None and self.v is not None and self.layout is not None
+        B, H, _, D = q.shape
+        n, L = self.n_kv_head, self.layout.slots // self.n_kv_head
+        length = min(self.start + 1, L)  # slots held (the ring's first `length`)
+        k = self.k.view(B, n, L, D)[:, :, :length]
+        v = self.v.view(B, n, L, D)[:, :, :length]
+        mask = None
+        if self.masked:
+            mask = held[:length].view(1, 1, -1) > self.start - self.layout.q_windows.unsqueeze(-1)  # (n, g, L)
+        out = F.scaled_dot_product_attention(q.view(B, n, self.group, D), k, v, attn_mask=mask, scale=scale)
+        return out.view(B, H, 1, D)
+
+    def _segment_attention(self, qg: torch.Tensor, visible: torch.Tensor, scale: float | None) -> torch.Tensor:
+        """qg [B, n, g, D], visible [S, g] -> [B, n, g, D]: each slot scored against its own head's queries,
+        a softmax per head over its segment."""
+        assert self.k is not None and self.v is not None and self.layout is not None
+        head = self.layout.head
+        B, n, g, D = qg.shape
+        scores = (qg.index_select(1, head) * self.k.unsqueeze(2)).sum(-1)  # (B, S, g)
+        scores = (scores * (D**-0.5 if scale is None else scale)).masked_fill(~visible, float("-inf"))
+        index = head.view(1, -1, 1).expand_as(scores)
+        top = scores.new_full((B, n, g), float("-inf")).scatter_reduce(1, index, scores, "amax")
+        weights = (scores - top.index_select(1, head)).exp()  # (B, S, g); 0 where not visible
+        total = weights.new_zeros(B, n, g).index_add_(1, head, weights)
+        out = qg.new_zeros(B, n, g, D).index_add_(1, head, weights.unsqueeze(-1) * self.v.unsqueeze(2))
+        return out / total.unsqueeze(-1)
 
     def sizes(self) -> list[BucketSize]:
-        return [b.size() for b in self.buckets]
+        """Per distinct kv-head window: heads, positions held, slots per head."""
+        out = []
+        for w in dict.fromkeys(self.kv_windows):
+            n = self.kv_windows.count(w)
+            capacity = 0 if self.layout is None else min(w, self.capacity)
+            out.append(BucketSize(w, n, min(self.start, w), capacity))
+        return out
+
+    def nbytes(self) -> int:
+        """Bytes of the keys and values held (every sequence of the batch)."""
+        if self.k is None:
+            return 0
+        B, _, D = self.k.shape
+        return 2 * B * D * self.k.element_size() * sum(s.length * s.n_kv_head for s in self.sizes())
 
 
 class KVCache:
@@ -189,10 +230,4 @@ class KVCache:
 
     def nbytes(self) -> int:
         """Bytes of the keys and values held (every sequence of the batch)."""
-        total = 0
-        for layer in self.layers:
-            for b in layer.buckets:
-                if b.k is not None:
-                    B, n, _, D = b.k.shape
-                    total += 2 * B * n * b.length * D * b.k.element_size()
-        return total
+        return sum(layer.nbytes() for layer in self.layers)

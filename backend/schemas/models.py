@@ -19,6 +19,18 @@ class HealthResponse(Response):
     runs: int
 
 
+class PrecisionInfo(Response):
+    """How a Hugging Face model is evaluated on this machine (aah_core/hf/precision.py), known once it is loaded."""
+
+    dtype: str = Field(description="float32 or bfloat16")
+    choice: str = Field(description='"measured" (the faster dtype here) or "requested"')
+    bf16_speedup: float = Field(description="float32 time / bfloat16 time of a matrix product of the model's width, here")
+    loss_float32: float | None = Field(description="own-plan loss in float32 on `tokens` evaluation tokens (bfloat16 models)")
+    loss_bfloat16: float | None = Field(description="the same in bfloat16")
+    loss_delta: float | None = Field(description="loss_bfloat16 - loss_float32")
+    tokens: int
+
+
 class ModelInfo(Response):
     id: str
     name: str
@@ -31,6 +43,8 @@ class ModelInfo(Response):
     run_id: int | None
     family: str = Field(description='"aah" (AAH Studio checkpoint) or the Hugging Face model_type, e.g. "llama"')
     dtype: str = Field(description="the dtype the model is evaluated in (float32 or bfloat16)")
+    precision: PrecisionInfo | None = Field(
+        None, description="a Hugging Face model's measured dtype choice and its loss difference (null until loaded)")
 
 
 class ModelUnavailable(Response):

@@ -29,7 +29,7 @@ from aah_core.paths import confine_folder_files
 from aah_core.resources import check_loadable
 from aah_core.windows import encode_window
 from backend.schemas.errors import InvalidInput, NotFound, Unavailable
-from backend.schemas.models import ModelInfo, ModelUnavailable
+from backend.schemas.models import ModelInfo, ModelUnavailable, PrecisionInfo
 from backend.services.cache import LruCache
 from backend.services.model_folders import read_roots, register_model_folder
 from backend.settings import Settings
@@ -196,14 +196,20 @@ class Registry:
 
     def list_models(self) -> list[ModelInfo]:
         """Every registered model that can be served; the others are in list_unavailable()."""
-        return self._scan()[0]
+        return [self._with_precision(info) for info in self._scan()[0]]
 
     def list_unavailable(self) -> list[ModelUnavailable]:
         """Registered models that cannot be served here, each with the reason."""
         return self._scan()[1]
 
     def info(self, model_id: str) -> ModelInfo:
-        return self._info_from_files(self._entry(model_id))
+        return self._with_precision(self._info_from_files(self._entry(model_id)))
+
+    def _with_precision(self, info: ModelInfo) -> ModelInfo:
+        """A loaded model's info (dtype and precision as measured when it loaded), else the files' own."""
+        with self._lock:
+            loaded = self._loaded.get(info.id)
+        return info if loaded is None else loaded.info
 
     def folder(self, model_id: str) -> Path:
         """The model's folder on disk (confined as `resolve` does), for a reader of its files (an export):
@@ -243,6 +249,9 @@ class Registry:
             except Exception as exc:  # any failure makes this one model unavailable (listed), never the service
                 self._failures[self._key(entry)] = f"model {model_id!r} cannot be loaded: {_reason(exc)}"
                 raise Unavailable(self._failures[self._key(entry)]) from None
+            if opened.precision is not None:  # measured while loading: the dtype it runs in, and at what loss cost
+                info = info.model_copy(update={"dtype": opened.precision.dtype,
+                                               "precision": PrecisionInfo(**opened.precision.to_dict())})
             loaded = LoadedModel(model_id, opened.model, info, opened.stream)
             logger.info("model %s loaded from %s", model_id, entry.path)
             with self._lock:

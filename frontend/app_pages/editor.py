@@ -26,6 +26,7 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
     components.ensure_option(PAGE, "metric", ["causal_coverage", "acr"])
     c3.selectbox("Coverage metric for plots", ["causal_coverage", "acr"], key=components.key(PAGE, "metric"))
     model = next(m for m in models if m["id"] == model_id)
+    c1.caption(views.model_caption(model))
     opening = st.empty()  # the cold open: filled after the panel, so the first loss is not held up by it
     own_info = api.cached("model_windows", model_id)
     url_plan, own, ignored = views.plan_for(model, state["plan"] if state["model"] in ("", model_id) else "")

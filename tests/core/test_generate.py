@@ -35,9 +35,9 @@ PLANS = {
 def _decode_logits(model: WindowedGPT, idx: torch.Tensor, plan: torch.Tensor, prompt_len: int) -> list:
     """Logits at positions prompt_len-1 .. T-1 from cached decoding (prompt, then one token per call)."""
     cache = new_cache(model, plan, backend="banded")
-    out = [forward_cached(model, idx[:, :prompt_len], cache, plan)[:, -1]]
+    out = [forward_cached(model, idx[:, :prompt_len], cache, plan)]
     for t in range(prompt_len, idx.shape[1]):
-        out.append(forward_cached(model, idx[:, t : t + 1], cache, plan)[:, -1])
+        out.append(forward_cached(model, idx[:, t : t + 1], cache, plan))
     return out
 
 

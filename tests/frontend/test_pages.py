@@ -456,3 +456,13 @@ def test_acr_page_and_compare_curves_mark_a_nan_the_series_holds(fake_api):
     figs = views.compare_figures(data, ["train_loss"], 0.0)
     hovers = [h for fig in figs.values() for t in fig.data if t.yaxis == "y2" for h in t.hovertext]
     assert sorted(hovers) == sorted(f"NaN at step 20 · #{r['id']} {r['name']}" for r in data["runs"])
+
+
+def test_editor_captions_the_models_dtype_and_its_loss_difference(fake_api, monkeypatch):
+    own = fake_api.models()[0]
+    precision = {"dtype": "bfloat16", "choice": "measured", "bf16_speedup": 4.25, "loss_float32": 3.5,
+                 "loss_bfloat16": 3.5123, "loss_delta": 0.0123, "tokens": 1024}
+    monkeypatch.setattr(fake_api, "models", lambda: [{**own, "dtype": "bfloat16", "precision": precision}])
+    at = page("editor")
+    caption = next(c.value for c in at.caption if "Evaluated in" in c.value)
+    assert "bfloat16" in caption and "4.2× as fast" in caption and "Δ +0.0123" in caption and "1,024 tokens" in caption

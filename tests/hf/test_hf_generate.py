@@ -23,9 +23,9 @@ def test_cached_decoding_equals_the_windowed_forward_at_every_position(hf_root, 
     idx = torch.randint(0, 300, (1, T), generator=gen)
     cache = new_cache(model, plan)
     prompt = 3
-    decoded = [forward_cached(model, idx[:, :prompt], cache, plan)[:, -1]]
+    decoded = [forward_cached(model, idx[:, :prompt], cache, plan)]
     for t in range(prompt, T):
-        decoded.append(forward_cached(model, idx[:, t : t + 1], cache, plan)[:, -1])
+        decoded.append(forward_cached(model, idx[:, t : t + 1], cache, plan))
         for layer, row in zip(cache.layers, plan.tolist()):
             g = model.n_head // model.n_kv_head
             kv = sorted(set(max(row[j * g : (j + 1) * g]) for j in range(model.n_kv_head)))

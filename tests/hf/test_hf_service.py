@@ -56,6 +56,11 @@ def test_a_registered_gemma3_shows_its_native_windows_and_evaluates(service, hf_
     r = client.post(f"/api/v1/models/{model_id}/evaluate", json={"windows": edited, "eval_set": "text"}, headers=AUTH)
     assert r.status_code == 200, r.text
     assert r.json()["loss"] != pytest.approx(r.json()["baseline_loss"], abs=1e-6)
+    loaded = client.get(f"/api/v1/models/{model_id}").json()  # loaded now: its dtype as measured here
+    precision = loaded["precision"]
+    assert precision["choice"] == "measured" and loaded["dtype"] == precision["dtype"]
+    if precision["dtype"] == "bfloat16":
+        assert precision["loss_delta"] == pytest.approx(precision["loss_bfloat16"] - precision["loss_float32"])
 
     heat = client.get(f"/api/v1/models/{model_id}/attention", params={"layer": 1, "head": 3}).json()
     assert heat["n_tokens"] > 0 and heat["window"] is None

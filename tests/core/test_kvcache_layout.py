@@ -1,0 +1,78 @@
+"""The decode step's flat per-layer buffer: exact in float64 against the reference at every position
+(mixed windows, grouped-query heads seeing less than their kv head, equal windows, growth by doubling),
+and the same tensor operations per step whatever the number of distinct windows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from aah_core.attention import windowed_attention
+from aah_core.inference.kvcache import LayerKVCache
+
+N_STEPS = 40  # past two doublings (16 -> 32 -> 40) and past every window below
+
+
+def _decode(windows: tuple[int, ...], n_kv_head: int, prompt_len: int, seed: int = 0):
+    """(cached outputs at every position, the float64 reference over the whole sequence)."""
+    gen = torch.Generator().manual_seed(seed)
+    H, D = len(windows), 8
+    q = torch.randn(2, H, N_STEPS, D, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, n_kv_head, N_STEPS, D, generator=gen, dtype=torch.float64)
+    v = torch.randn(2, n_kv_head, N_STEPS, D, generator=gen, dtype=torch.float64)
+    g = H // n_kv_head
+    ref = windowed_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), windows, backend="reference")
+    cache = LayerKVCache(windows, n_kv_head=n_kv_head, max_len=64)
+    outs = [cache.attend(q[:, :, :prompt_len], k[:, :, :prompt_len], v[:, :, :prompt_len])]
+    for t in range(prompt_len, N_STEPS):
+        outs.append(cache.attend(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1]))
+    return torch.cat(outs, dim=2), ref, cache
+
+
+CASES = {
+    "mixed windows": ((3, 17, 64, 1, 5, 33), 6),
+    "grouped, query heads see less": ((3, 7, 5, 5, 2, 40, 64, 9), 4),
+    "equal kv windows, masked query heads": ((4, 9, 2, 9), 2),
+    "equal windows": ((12, 12, 12), 3),
+    "all full": ((64, 64), 2),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("prompt_len", [1, 20])
+def test_flat_cache_decoding_equals_the_float64_reference_at_every_position(case, prompt_len):
+    windows, n_kv_head = CASES[case]
+    out, ref, cache = _decode(windows, n_kv_head, prompt_len)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    for s in cache.sizes():  # every ring holds min(t, w) positions in at most w slots
+        assert s.length == min(N_STEPS, s.window) <= s.capacity <= s.window
+
+
+class _CountOps(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _step_ops(windows: tuple[int, ...]) -> list[str]:
+    gen = torch.Generator().manual_seed(1)
+    H, D = len(windows), 4
+    cache = LayerKVCache(windows, n_kv_head=H, max_len=64)
+    cache.attend(*(torch.randn(1, H, 20, D, generator=gen) for _ in range(3)))
+    cache.attend(*(torch.randn(1, H, 1, D, generator=gen) for _ in range(3)))  # past the first growth
+    step = [torch.randn(1, H, 1, D, generator=gen) for _ in range(3)]
+    with _CountOps() as counted:
+        cache.attend(*step)
+    return counted.ops
+
+
+def test_a_decode_step_runs_the_same_operations_whatever_the_number_of_windows():
+    two = _step_ops((2, 30, 2, 30, 2, 30, 2, 30))
+    eight = _step_ops((1, 2, 3, 5, 8, 13, 21, 30))
+    assert two == eight
+    assert sum("scatter_reduce" in op for op in two) == 1  # one attention over the flat buffer
