@@ -5,7 +5,9 @@ built here, saved as a local safetensors folder) at T=1024, through the service'
 - full evaluation: every layer under a plan, then logits and the loss;
 - a one-head edit of the last layer with prefix caching (layers before it reused), p50 over
   several heads, which is what a live edit in the window editor costs;
-- float32 and bfloat16; batch = the service's fixed evaluation batch (4 sequences) and 1 sequence.
+- float32 and bfloat16; batch = the service's fixed evaluation batch (4 sequences) and 1 sequence;
+- the bfloat16 / float32 speed of a product of the model's width here (what the service's dtype
+  choice measures, aah_core/hf/precision.py) and the load average before and after (a shared box).
 
     python -m bench.hf [--quick]
 """
@@ -22,6 +24,7 @@ import torch
 
 from aah_core.analysis.evaluate import PrefixCachedEvaluator
 from aah_core.data import EvalBatch
+from aah_core.hf.precision import bf16_speedup
 from bench.common import percentiles, write_result
 
 T = 1024
@@ -82,6 +85,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = parser.parse_args()
     full_runs, edits = (1, 3) if args.quick else (3, 7)
+    load_at_start = os.getloadavg()[0]
     rows = []
     with tempfile.TemporaryDirectory(prefix="aah-bench-hf-") as tmp:
         folder = Path(tmp) / "gpt2-small-random"
@@ -95,8 +99,10 @@ def main() -> None:
                       f"p95 {row['last_layer_one_head_edit_ms']['p95']:7.0f} ms", flush=True)
     path = write_result("hf", {"model": "GPT-2-small shape, random weights", "n_params": n_params, "T": T,
                                "threads": torch.get_num_threads(), "quick": args.quick,
-                               "target_edit_p50_ms": 1500, "rows": rows,
+                               "target_edit_p50_ms": 1500, "target_full_eval_ms": 6000, "rows": rows,
+                               "bf16_speedup": bf16_speedup(768),
                                # a shared machine: the load says how much the numbers can be trusted
+                               "load_average_1m_at_start": load_at_start,
                                "load_average_1m_at_end": os.getloadavg()[0]})
     print(f"wrote {path}")
 

@@ -24,11 +24,13 @@ COVERAGE_KEYS = ("acr", "causal_coverage", "tile_coverage")
 def model_caption(model: dict) -> str:
     """The model's evaluation dtype and, where it was measured, bfloat16's loss difference against float32."""
     p = model.get("precision")
+    size = (f" Each eval set: {model['eval_seqs']} × {model['seq_len']:,} = {model['eval_tokens']:,} tokens."
+            if "eval_tokens" in model else "")
     if not p:
-        return f"Evaluated in {model.get('dtype', 'float32')}."
+        return f"Evaluated in {model.get('dtype', 'float32')}.{size}"
     why = (f"bfloat16 products run {p['bf16_speedup']:.1f}× as fast as float32 here"
            if p["choice"] == "measured" else "as requested")
-    text = f"Evaluated in {p['dtype']} ({why})."
+    text = f"Evaluated in {p['dtype']} ({why}).{size}"
     if p.get("loss_delta") is not None:
         text += (f" Loss in bfloat16 {p['loss_bfloat16']:.4f} vs float32 {p['loss_float32']:.4f}"
                  f" (Δ {p['loss_delta']:+.4f}) on {p['tokens']:,} tokens, the model's own windows.")

@@ -5,14 +5,16 @@ lives in slot p mod W (Mistral's rolling buffer, here per head), so after t posi
 holds min(t, W) of them. A head whose window covers the whole context grows up to it. Buffers
 grow by doubling up to their window, so a buffer never has more than W slots.
 
-A layer keeps all its heads' buffers in one flat tensor [B, slots, D] (head j's ring is the
-segment offsets[j] .. offsets[j] + capacity[j]), so a decode step is the same handful of tensor
-operations whatever the windows: one index_copy_ writes the new key (and value) of every head,
-and one attention over the flat buffer scores each slot against its own head's query, with a
-softmax per segment (scatter_reduce / index_add_ over the slots' head index). Only the slots a
-head holds are touched: the step's attention work is the plan's, not the full context's. When
-every head has the same window the segments are equal and the buffer is a plain [B, n, W, D]
-tensor: one scaled_dot_product_attention call.
+A layer keeps all its heads' buffers in one flat tensor [B, slots, D] (kv head j's ring is the
+segment offsets[j] .. offsets[j] + capacity[j]) and the position each slot holds, so a decode step
+is the same few tensor operations whatever the windows: one index_copy_ writes the new key (and
+value) of every head, and ONE scaled_dot_product_attention call attends: the H query heads form
+one query block over the flat buffer, with a mask that keeps each query head to its own kv
+head's slots inside its window. The keys are read once (the plan's bytes, not the full
+context's); the scores are H x slots, so with many heads the wasted products grow (measured in
+the README: at 4 heads one call costs the same as one call per window bucket, at 12 heads more).
+When every kv head has the same window the segments are equal and the buffer is a plain
+[B, n, W, D] tensor: one SDPA call with a mask only where a query head sees less than its kv head.
 
 Keys are cached after the rotary rotation: a cached key already carries its position,
 so the slot order inside a buffer does not matter to attention (softmax over a set).
@@ -60,9 +62,12 @@ class BucketSize:
     capacity: int
 
 
+EMPTY = -(1 << 40)  # the position an empty slot "holds": outside every window
+
+
 class _Layout:
-    """Where each kv head's ring lies in the flat buffer, and per slot: its head, its ring index, the
-    head's window and its query heads' windows (for the step's masks)."""
+    """Where each kv head's ring lies in the flat buffer: per slot its kv head and its index in that
+    ring; per (query head, slot) the query head's window, or 0 for another kv head's slot."""
 
     def __init__(self, kv_windows: torch.Tensor, q_windows: torch.Tensor, capacity: int) -> None:
         self.kv_windows = kv_windows  # (n,)
@@ -72,11 +77,13 @@ class _Layout:
         self.slots = int(self.capacities.sum())
         self.head = torch.repeat_interleave(torch.arange(len(kv_windows)), self.capacities)  # (S,)
         self.ring = torch.arange(self.slots) - self.offsets[self.head]  # (S,) index inside the head's ring
-        self.window = kv_windows[self.head]  # (S,)
-        self.q_window = q_windows[self.head]  # (S, g)
+        n, g = q_windows.shape
+        # query head h (kv head h // g) sees slot s holding position p at step pos iff pos - p < reach[h, s]
+        owner = (torch.arange(n * g) // g).unsqueeze(1) == self.head.unsqueeze(0)  # (H, S)
+        self.reach = torch.where(owner, q_windows.reshape(-1, 1), 0)  # (H, S)
 
     def to(self, device: torch.device) -> _Layout:
-        for name in ("kv_windows", "q_windows", "capacities", "offsets", "head", "ring", "window", "q_window"):
+        for name in ("kv_windows", "q_windows", "capacities", "offsets", "head", "ring", "reach"):
             setattr(self, name, getattr(self, name).to(device))
         return self
 
@@ -101,6 +108,7 @@ class LayerKVCache:
         self.layout: _Layout | None = None
         self.k: torch.Tensor | None = None  # (B, slots, D)
         self.v: torch.Tensor | None = None
+        self.held: torch.Tensor | None = None  # (slots,) the position each slot holds (EMPTY: none)
         self.start = 0  # positions seen
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -126,9 +134,10 @@ class LayerKVCache:
         T = k.shape[2]
         lay = self._relayout(T, k.device)  # capacity min(W, T): exactly the positions kept
         # slot of each head's ring r holds position T-1 - ((T-1 - r) mod W): the last min(T, W) positions
-        held = (T - 1) - ((T - 1) - lay.ring) % lay.window  # (S,)
+        held = (T - 1) - ((T - 1) - lay.ring) % lay.kv_windows[lay.head]  # (S,)
         self.k = k[:, lay.head, held]  # (B, S, D)
         self.v = v[:, lay.head, held]
+        self.held = held
         if self.group > 1:  # each query head reads its kv head
             k = k.repeat_interleave(self.group, dim=1)  # (B, H, T, D)
             v = v.repeat_interleave(self.group, dim=1)
@@ -146,52 +155,46 @@ class LayerKVCache:
             grown = self.k.new_zeros(B, lay.slots, D)
             grown[:, keep] = getattr(self, name)[:, source[keep]]
             setattr(self, name, grown)
+        assert self.held is not None
+        self.held = torch.where(keep, self.held[source.clamp(max=len(self.held) - 1)], EMPTY)
 
     def _step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
-        assert self.k is not None and self.v is not None and self.layout is not None
+        assert self.k is not None and self.v is not None and self.held is not None
         B, H, _, D = q.shape
         pos = self.start
         if pos == self.capacity and pos < self.max_window:
             self._grow()
         lay = self.layout
+        assert lay is not None
+        if self.uniform:
+            return self._uniform_step(q, k, v, scale)
         slots = lay.offsets + pos % lay.kv_windows  # (n,): slot pos mod W of each head's ring
         self.k.index_copy_(1, slots, k[:, :, 0])
         self.v.index_copy_(1, slots, v[:, :, 0])
-        # the position each slot holds; slots a ring has not reached yet (ring > pos) hold none
-        held = pos - (pos - lay.ring) % lay.window  # (S,)
-        if self.uniform:
-            return self._uniform_step(q, held, scale)
-        visible = (lay.ring <= pos).unsqueeze(1) & (held.unsqueeze(1) > pos - lay.q_window)  # (S, g)
-        return self._segment_attention(q.view(B, self.n_kv_head, self.group, D), visible, scale).view(B, H, 1, D)
-
-    def _uniform_step(self, q: torch.Tensor, held: torch.Tensor, scale: float | None) -> torch.Tensor:
-        """Equal segments: [B, n, W, D] views and one scaled_dot_product_attention call."""
-        assert self.k is not None and self.v is not None and self.layout is not None
-        B, H, _, D = q.shape
-        n, L = self.n_kv_head, self.layout.slots // self.n_kv_head
-        length = min(self.start + 1, L)  # slots held (the ring's first `length`)
-        k = self.k.view(B, n, L, D)[:, :, :length]
-        v = self.v.view(B, n, L, D)[:, :, :length]
-        mask = None
-        if self.masked:
-            mask = held[:length].view(1, 1, -1) > self.start - self.layout.q_windows.unsqueeze(-1)  # (n, g, L)
-        out = F.scaled_dot_product_attention(q.view(B, n, self.group, D), k, v, attn_mask=mask, scale=scale)
+        self.held.index_fill_(0, slots, pos)
+        visible = (pos - self.held) < lay.reach  # (H, S): own kv head's slots, inside the query head's window
+        out = F.scaled_dot_product_attention(q.view(B, 1, H, D), self.k.unsqueeze(1), self.v.unsqueeze(1),
+                                             attn_mask=visible, scale=scale)  # the heads as one query block
         return out.view(B, H, 1, D)
 
-    def _segment_attention(self, qg: torch.Tensor, visible: torch.Tensor, scale: float | None) -> torch.Tensor:
-        """qg [B, n, g, D], visible [S, g] -> [B, n, g, D]: each slot scored against its own head's queries,
-        a softmax per head over its segment."""
-        assert self.k is not None and self.v is not None and self.layout is not None
-        head = self.layout.head
-        B, n, g, D = qg.shape
-        scores = (qg.index_select(1, head) * self.k.unsqueeze(2)).sum(-1)  # (B, S, g)
-        scores = (scores * (D**-0.5 if scale is None else scale)).masked_fill(~visible, float("-inf"))
-        index = head.view(1, -1, 1).expand_as(scores)
-        top = scores.new_full((B, n, g), float("-inf")).scatter_reduce(1, index, scores, "amax")
-        weights = (scores - top.index_select(1, head)).exp()  # (B, S, g); 0 where not visible
-        total = weights.new_zeros(B, n, g).index_add_(1, head, weights)
-        out = qg.new_zeros(B, n, g, D).index_add_(1, head, weights.unsqueeze(-1) * self.v.unsqueeze(2))
-        return out / total.unsqueeze(-1)
+    def _uniform_step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
+        """Equal windows: the buffer is [B, n, L, D] and the step one slice write and one SDPA per head group."""
+        assert self.k is not None and self.v is not None and self.held is not None and self.layout is not None
+        B, H, _, D = q.shape
+        pos, n = self.start, self.n_kv_head
+        L = self.layout.slots // n
+        slot = pos % self.kv_windows[0]
+        keys, values = self.k.view(B, n, L, D), self.v.view(B, n, L, D)
+        keys[:, :, slot], values[:, :, slot] = k[:, :, 0], v[:, :, 0]
+        held = self.held.view(n, L)
+        held[:, slot] = pos
+        length = min(pos + 1, L)  # slots held: the ring's first `length`
+        mask = None
+        if self.masked:  # (n, g, length): inside each query head's own window
+            mask = (pos - held[:, :length]).unsqueeze(1) < self.layout.q_windows.unsqueeze(-1)
+        out = F.scaled_dot_product_attention(q.view(B, n, self.group, D), keys[:, :, :length], values[:, :, :length],
+                                             attn_mask=mask, scale=scale)
+        return out.view(B, H, 1, D)
 
     def sizes(self) -> list[BucketSize]:
         """Per distinct kv-head window: heads, positions held, slots per head."""

@@ -63,7 +63,7 @@ async def create_model(body: ModelCreate, registry: RegistryDep, heavy: HeavyDep
     """Register a local model folder (a Hugging Face causal LM with config.json, *.safetensors and
     tokenizer.json, or an AAH Studio checkpoint) that lies under a model root (AAH_MODEL_DIRS). Its
     description (the config's model built on the meta device) runs in the heavy executor."""
-    return await heavy.run(None, lambda: registry.register(body.path, body.name, body.seq_len))
+    return await heavy.run(None, lambda: registry.register(body.path, body.name, body.seq_len, body.eval_tokens))
 
 
 @router.get("/{model_id}")

@@ -43,6 +43,8 @@ class ModelInfo(Response):
     run_id: int | None
     family: str = Field(description='"aah" (AAH Studio checkpoint) or the Hugging Face model_type, e.g. "llama"')
     dtype: str = Field(description="the dtype the model is evaluated in (float32 or bfloat16)")
+    eval_tokens: int = Field(description="tokens in each evaluation set (eval_seqs x seq_len)")
+    eval_seqs: int = Field(description="sequences in each evaluation set")
     precision: PrecisionInfo | None = Field(
         None, description="a Hugging Face model's measured dtype choice and its loss difference (null until loaded)")
 
@@ -61,6 +63,9 @@ class ModelCreate(Request):
     path: str = Field(min_length=1, max_length=4096, description="the folder, absolute or relative to the first model root")
     name: str | None = Field(None, min_length=1, max_length=200, description="display name (default: the folder's name)")
     seq_len: int | None = Field(None, ge=2, le=1 << 20, description="evaluation context (default min(model maximum, 1024))")
+    eval_tokens: int | None = Field(
+        None, ge=2, le=1 << 22, description="tokens per evaluation set: whole sequences of seq_len, rounded down "
+        "(default 4 sequences); at least one sequence")
 
 
 class CoverageFields(Response):

@@ -70,20 +70,24 @@ def _new_id(s: Session, name: str) -> str:
 
 
 def register_model_folder(s: Session, raw_path: str, name: str | None, seq_len: int | None,
-                          settings: Settings) -> tuple[str, ModelDescription]:
+                          settings: Settings, eval_tokens: int | None = None) -> tuple[str, ModelDescription]:
     """Check, describe and store a model folder; returns (its new model id, its description). Every file
-    of the folder must resolve under the model roots (no link leads out)."""
+    of the folder must resolve under the model roots (no link leads out). `eval_tokens` (tokens per
+    evaluation set) must hold at least one sequence of the model's seq_len."""
     path = confine_model_path(raw_path, settings.model_roots)
     stored = stored_path(path, settings.data_dir)
     try:
         description = describe_model(path, seq_len, read_roots(settings, str(path)))
     except Exception as exc:  # a malformed folder is the client's error (422), whatever the engine raised
         raise InvalidInput(f"path: {str(exc) or exc.__class__.__name__}") from None
+    if eval_tokens is not None and eval_tokens < description.seq_len:
+        raise InvalidInput(f"eval_tokens: {eval_tokens} is less than one sequence of this model's "
+                           f"seq_len={description.seq_len}")
     existing = catalog.find_checkpoint_by_path(s, stored)
     if existing is not None:
         raise Conflict(f"path: {path} is already registered as model {existing.id!r}")
     model_id = _new_id(s, name or path.name)
     catalog.register_checkpoint(s, catalog.CheckpointEntry(
         id=model_id, name=name or path.name, path=stored, run_id=None, preset=description.preset, fingerprint=None,
-        seq_len=seq_len))
+        seq_len=seq_len, eval_tokens=eval_tokens))
     return model_id, description

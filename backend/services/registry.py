@@ -37,7 +37,7 @@ from backend.store import catalog
 from backend.store.db import transaction
 
 logger = logging.getLogger(__name__)
-EVAL_SEQS = 4  # sequences in each fixed evaluation batch
+EVAL_SEQS = 4  # sequences in each fixed evaluation batch, unless the model was registered with eval_tokens
 TEXT_SEQS = 2  # bundled texts per kind
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 InfoKey = tuple[str, str, float]  # (model id, stored path, config.json's mtime): a changed file is looked at anew
@@ -75,10 +75,10 @@ class LoadedModel:
         return self.model.tokenizer
 
     def batch(self, eval_set: str) -> EvalBatch:
-        """The fixed batch of make_eval_batch(config, eval_set, EVAL_SEQS) (same stream, same seeds)."""
+        """The fixed batch of make_eval_batch(config, eval_set, info.eval_seqs) (same stream, same seeds)."""
         if eval_set not in self._batches:
             try:
-                batch = self.stream.eval_batch(eval_set, EVAL_SEQS)
+                batch = self.stream.eval_batch(eval_set, self.info.eval_seqs)
             except ValueError as exc:
                 raise InvalidInput(f"eval_set: {exc}") from None
             self._batches[eval_set] = self._in_vocabulary(batch, f"eval_set {eval_set!r}")
@@ -123,9 +123,10 @@ class LoadedModel:
 
 def _model_info(entry: catalog.CheckpointEntry, d: ModelDescription) -> ModelInfo:
     buckets = [encode_window(b, d.seq_len) for b in d.buckets]
+    seqs = EVAL_SEQS if entry.eval_tokens is None else max(1, entry.eval_tokens // d.seq_len)
     return ModelInfo(id=entry.id, name=entry.name, n_layer=d.n_layer, n_head=d.n_head, seq_len=d.seq_len,
                      preset=entry.preset or d.preset, buckets=buckets, n_params=d.n_params, run_id=entry.run_id,
-                     family=d.family, dtype=d.dtype)
+                     family=d.family, dtype=d.dtype, eval_seqs=seqs, eval_tokens=seqs * d.seq_len)
 
 
 class Registry:
@@ -222,10 +223,10 @@ class Registry:
             raise Unavailable(f"model {model_id!r}: {exc}") from None
         return path
 
-    def register(self, path: str, name: str | None, seq_len: int | None) -> ModelInfo:
+    def register(self, path: str, name: str | None, seq_len: int | None, eval_tokens: int | None = None) -> ModelInfo:
         """Register a model folder under the model roots (422 outside them or unreadable, 409 if known)."""
         with transaction(self.sessions) as s:
-            model_id, _ = register_model_folder(s, path, name, seq_len, self.settings)
+            model_id, _ = register_model_folder(s, path, name, seq_len, self.settings, eval_tokens)
         logger.info("model %s registered from %s", model_id, path)
         return self.info(model_id)
 

@@ -24,10 +24,12 @@ class CheckpointEntry:
     preset: str | None
     fingerprint: str | None
     seq_len: int | None = None  # evaluation context of a registered model folder (None: its default)
+    eval_tokens: int | None = None  # tokens per evaluation set (None: the service's default batch)
 
 
 def _entry(row: Checkpoint) -> CheckpointEntry:
-    return CheckpointEntry(row.id, row.name, row.path, row.run_id, row.preset, row.fingerprint, row.seq_len)
+    return CheckpointEntry(row.id, row.name, row.path, row.run_id, row.preset, row.fingerprint, row.seq_len,
+                           row.eval_tokens)
 
 
 def register_checkpoint(s: Session, entry: CheckpointEntry) -> None:
@@ -38,6 +40,7 @@ def register_checkpoint(s: Session, entry: CheckpointEntry) -> None:
         s.add(row)
     row.name, row.path, row.run_id = entry.name, entry.path, entry.run_id
     row.preset, row.fingerprint, row.seq_len = entry.preset, entry.fingerprint, entry.seq_len
+    row.eval_tokens = entry.eval_tokens
 
 
 def find_checkpoint_by_path(s: Session, path: str) -> CheckpointEntry | None:

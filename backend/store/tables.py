@@ -194,6 +194,7 @@ class Checkpoint(Base):
     preset: Mapped[str | None] = mapped_column(String(100))
     fingerprint: Mapped[str | None] = mapped_column(String(64))
     seq_len: Mapped[int | None] = mapped_column(Integer)  # evaluation context of a registered HF model (None: default)
+    eval_tokens: Mapped[int | None] = mapped_column(Integer)  # tokens per evaluation set (None: the default batch)
     created_at: Mapped[int] = mapped_column(BigInteger)
 
 

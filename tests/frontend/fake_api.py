@@ -91,7 +91,8 @@ class FakeApi:
     def models(self):
         self._rec("models")
         return [{"id": "demo", "name": "demo", "n_layer": N_LAYER, "n_head": N_HEAD, "seq_len": T,
-                 "preset": "demo", "buckets": BUCKETS, "n_params": 1000, "run_id": 1, "family": "aah", "dtype": "float32"}]
+                 "preset": "demo", "buckets": BUCKETS, "n_params": 1000, "run_id": 1, "family": "aah", "dtype": "float32",
+                 "eval_seqs": 4, "eval_tokens": 4 * T}]
 
     def unavailable_models(self):
         self._rec("unavailable_models")

@@ -466,3 +466,4 @@ def test_editor_captions_the_models_dtype_and_its_loss_difference(fake_api, monk
     at = page("editor")
     caption = next(c.value for c in at.caption if "Evaluated in" in c.value)
     assert "bfloat16" in caption and "4.2× as fast" in caption and "Δ +0.0123" in caption and "1,024 tokens" in caption
+    assert f"Each eval set: 4 × {own['seq_len']:,} = {4 * own['seq_len']:,} tokens" in caption

@@ -108,3 +108,20 @@ def test_aah_models_add_registers_a_folder_that_survives_a_restart(hf_root, tmp_
         assert r.json()["delta"] != 0.0  # full windows differ from Mistral's native 6
         r = client.post("/api/v1/models", json={"path": str(hf_root / "mistral"), "name": None}, headers=AUTH)
         assert r.status_code == 409
+
+
+def test_a_models_eval_sets_hold_the_tokens_it_was_registered_with(service, hf_root):
+    client, _ = service
+    r = client.post("/api/v1/models", json={"path": str(hf_root / "qwen3"), "eval_tokens": MAX_POS - 1}, headers=AUTH)
+    assert r.status_code == 422 and "eval_tokens" in r.json()["detail"]
+    r = client.post("/api/v1/models", json={"path": str(hf_root / "qwen3"), "eval_tokens": 2 * MAX_POS + 5},
+                    headers=AUTH)
+    assert r.status_code == 201, r.text
+    info = r.json()
+    assert (info["eval_seqs"], info["eval_tokens"]) == (2, 2 * MAX_POS)  # whole sequences, rounded down
+    windows = client.get(f"/api/v1/models/{info['id']}/windows").json()["windows"]
+    r = client.post(f"/api/v1/models/{info['id']}/evaluate", json={"windows": windows, "eval_set": "text"},
+                    headers=AUTH)
+    assert r.status_code == 200, r.text
+    batch = client.app.state.registry.get(info["id"]).batch("text")
+    assert tuple(batch.idx.shape) == (2, MAX_POS)
