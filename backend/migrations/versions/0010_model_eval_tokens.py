@@ -1,16 +1,16 @@
 """Registered models keep the size of their evaluation sets: `eval_tokens` (tokens per eval set,
 null for the default of 4 sequences).
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-02
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
