@@ -107,7 +107,8 @@ class HFWindowedLM(nn.Module):
         self._swap = threading.Lock()
         self._calls: dict[int, list[LayerArgs]] = {}  # by T, at start 0
         self._step_calls: tuple[tuple[int, int], list[LayerArgs]] | None = None  # ((T, start), calls) of a step
-        self._head = model.get_output_embeddings()  # the LM head: a Linear (weight [V, C], maybe a bias)
+        # the LM head (a Linear: weight [V, C], maybe a bias); nn.Module types its attributes as Tensor | Module
+        self._head: nn.Module = model.get_output_embeddings()  # type: ignore[operator]
         self._head_name = next(name for name, m in model.named_children() if m is self._head)
         self._plain_head: bool | None = None  # logits = head(hidden) and nothing after? checked once
 
@@ -253,6 +254,7 @@ class HFWindowedLM(nn.Module):
             self._plain_head = self._head_is_plain()
         if not self._plain_head:  # something follows the head (soft-capping, scaling): its logits, a sequence at a time
             return torch.cat([token_losses(self.logits(x[i : i + 1]), targets[i : i + 1]) for i in range(x.shape[0])])
+        assert isinstance(self._head, nn.Linear)
         return head_token_losses(self._final_hidden(x), self._head.weight, self._head.bias, targets)
 
     def _final_hidden(self, x: torch.Tensor) -> torch.Tensor:
@@ -262,6 +264,8 @@ class HFWindowedLM(nn.Module):
 
     def _head_is_plain(self) -> bool:
         """Does the model's forward give logits = head(hidden), nothing after? Checked on two positions."""
+        if not isinstance(self._head, nn.Linear):
+            return False
         x = self.embed(torch.zeros(1, 2, dtype=torch.long, device=self._plan.device))
         own = self.logits(x).float()
         ours = F.linear(self._final_hidden(x), self._head.weight, self._head.bias).float()
