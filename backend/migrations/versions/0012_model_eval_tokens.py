@@ -1,16 +1,16 @@
 """Registered models keep the size of their evaluation sets: `eval_tokens` (tokens per eval set,
 null for the default of 4 sequences).
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-02
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
-down_revision = "0009"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
