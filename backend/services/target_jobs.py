@@ -154,15 +154,14 @@ class TargetJobs:
     def _record(self, run_id: int, state: EngineState, cancelled: bool = False) -> None:
         with transaction(self.sessions) as s:
             run = run_store.get_run(s, run_id)
-            fields: dict[str, object] = {"engine_state": state.state}
-            if run.status in ("SCHEDULED", "PENDING", "RUNNING"):
-                if state.state == "PENDING" and run.status != "RUNNING":
-                    fields.update(status="PENDING", pending_reason=state.reason)
-                elif state.state == "RUNNING":
-                    fields.update(status="RUNNING", pending_reason=None)
-                    if run.started_at is None:
-                        fields["started_at"] = run_store.now_ms()
-            run_store.update_run(s, run_id, **fields)
+            run_store.update_run(s, run_id, engine_state=state.state)
+            # Status moves only while the run is active, checked by the UPDATE itself: a cancel that ended
+            # the run after `run` was read must not be undone (and then ended again as the engine's FAILED).
+            if state.state == "PENDING" and run.status != "RUNNING":
+                run_store.advance_run(s, run_id, status="PENDING", pending_reason=state.reason)
+            elif state.state == "RUNNING":
+                started = {"started_at": run_store.now_ms()} if run.started_at is None else {}
+                run_store.advance_run(s, run_id, status="RUNNING", pending_reason=None, **started)
             if state.state in ENDED:
                 status, error = _end_of(run.target, run.engine_job_id, state, cancelled)
                 if run_store.end_run(s, run_id, status, error):

@@ -197,6 +197,16 @@ def is_active(s: Session, run_id: int) -> bool:
     return _run_row(s, run_id).status in ACTIVE_STATUSES
 
 
+def advance_run(s: Session, run_id: int, **fields: object) -> bool:
+    """Update a run that is still active, in one conditional UPDATE: a run another request ended meanwhile
+    (a cancel) is left alone, whatever its caller read before."""
+    unknown = set(fields) - _MUTABLE
+    if unknown:
+        raise ValueError(f"cannot update run fields {sorted(unknown)}")
+    result = s.execute(update(Run).where(Run.id == run_id, Run.status.in_(ACTIVE_STATUSES)).values(**fields))
+    return cast(CursorResult, result).rowcount > 0
+
+
 def end_run(s: Session, run_id: int, status: str, error: str | None = None) -> bool:
     """Move an active run to a final status; a run that already ended is left alone."""
     result = s.execute(update(Run).where(Run.id == run_id, Run.status.in_(ACTIVE_STATUSES))

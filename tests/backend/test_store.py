@@ -268,3 +268,26 @@ def test_metrics_need_their_run_and_go_with_it(sessions):
         assert metric_store.read_metrics(s, kept)["loss"].step == list(range(1, 100))
         with pytest.raises(NotFound):
             run_store.get_run(s, gone)
+
+
+def test_advance_run_never_revives_a_run_that_ended_after_its_caller_read_it(sessions):
+    """The cluster poller reads a run, then moves its status; a cancel that ended the run in between wins
+    (before, the poller wrote PENDING back over KILLED and the engine's later failure ended it FAILED)."""
+    with transaction(sessions) as s:
+        run_id = run_store.create_run(s, name="queued", experiment="e", status="PENDING")
+    with transaction(sessions) as s:
+        stale = run_store.get_run(s, run_id)  # what the poller saw
+    with transaction(sessions) as s:
+        assert run_store.end_run(s, run_id, "KILLED", "cancelled by the user")
+    with transaction(sessions) as s:
+        assert stale.status == "PENDING"
+        assert not run_store.advance_run(s, run_id, status="PENDING", pending_reason="waiting for resources")
+        assert not run_store.end_run(s, run_id, "FAILED", "the engine gave up starting it")
+    with transaction(sessions) as s:
+        run = run_store.get_run(s, run_id)
+        assert (run.status, run.error, run.pending_reason) == ("KILLED", "cancelled by the user", None)
+    with transaction(sessions) as s:
+        active = run_store.create_run(s, name="running", experiment="e", status="PENDING")
+        assert run_store.advance_run(s, active, status="RUNNING", pending_reason=None)
+    with transaction(sessions) as s:
+        assert run_store.get_run(s, active).status == "RUNNING"
