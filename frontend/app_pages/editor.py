@@ -27,11 +27,15 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
     c3.selectbox("Coverage metric for plots", ["causal_coverage", "acr"], key=components.key(PAGE, "metric"))
     model = next(m for m in models if m["id"] == model_id)
     c1.caption(views.model_caption(model))
-    opening = st.empty()  # the cold open: filled after the panel, so the first loss is not held up by it
+    # the cold open: filled after the panel, so the first loss is not held up by it; its height is
+    # reserved now, so the map below never moves when the line arrives
+    opening = st.container(height=76, border=False)
     own_info = api.cached("model_windows", model_id)
     url_plan, own, ignored = views.plan_for(model, state["plan"] if state["model"] in ("", model_id) else "")
     components.link_ignored(PAGE, "plan", ignored)
     editor_panel.plan_history(model, own, url_plan)
+    # in the page body, not the panel fragment: a warning written by a fragment is cleared by its next rerun
+    editor_panel.check_head(model)
 
 
 @st.fragment
@@ -54,7 +58,7 @@ def panel() -> None:
     with metrics_slot:
         serving_panel.serving_table(model, hist, st.session_state[components.key(PAGE, "eval")], editor_panel.commit)
     with cell_slot:
-        editor_panel.cell_editor(model, hist)
+        editor_panel.cell_editor(model, own, hist)
     with history_slot:
         editor_panel.history_buttons(hist)
     st.session_state[components.key(PAGE, "plan")] = "" if hist.current == own else plans.encode_plan(hist.current)
@@ -64,10 +68,9 @@ def panel() -> None:
     with left:  # a new session: the loss above is drawn first, the charts once the browser has shown it
         charts = components.first_paint_done(PAGE)
     if not charts:
-        left.caption("Drawing the window map and the charts...")
+        left.caption("Drawing the charts...")
     else:
         with left:
-            editor_panel.grid(model, hist, live["layer"], live["head"])
             editor_panel.table_editor(model, hist)
         with right:
             if result:
@@ -91,3 +94,5 @@ with api.guard("the opening line"):
         line = cold_open.from_retained_mass(rm["mass"], rm["buckets"])
     if line:
         opening.info(line, icon="👋")
+    else:
+        opening.caption("")

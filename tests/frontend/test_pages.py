@@ -36,6 +36,24 @@ def first_paint(at: AppTest, name: str) -> AppTest:
     return at.run()
 
 
+def heads_component(at: AppTest):
+    """The editor's map + pills component (frontend/head_editor.py) and the data it was drawn with."""
+    comp = next(e for e in at.get("bidi_component") if e.proto.component_name == "aah_head_editor")
+    return comp, json.loads(comp.proto.json)
+
+
+def send_heads(at: AppTest, *messages: dict) -> AppTest:
+    """What the browser component sends: its whole unacknowledged log, numbered from the script's ack
+    on (AppTest has no driver for a Components v2 element, so its widget state is built here)."""
+    from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+    comp, data = heads_component(at)
+    log = [{**m, "seq": data["ack"] + i} for i, m in enumerate(messages, 1)]
+    states = at._tree.get_widget_states()
+    states.widgets.append(WidgetState(id=comp.proto.id, json_value=json.dumps({"log": {"log": log}})))
+    return at._run(states)
+
+
 def url(at: AppTest) -> dict:
     return {k: at.query_params[k] for k in at.query_params}
 
@@ -64,10 +82,11 @@ def test_service_down_shows_an_error_line_not_a_traceback(fake_api, name):
     assert any("not reachable" in e.value for e in at.error)
 
 
-def test_a_busy_api_is_retried_with_a_notice_then_shown_as_busy(fake_api, monkeypatch):
-    """429 (the API's heavy queue is full): a "busy, retrying" toast and a retry; if it stays busy,
-    one error line that says so, never a traceback."""
-    busy = ServerBusy("the server is busy: 3 heavy jobs are running or queued (limit 3)", 0)
+def test_a_busy_api_shows_a_busy_line_and_the_browser_asks_again(fake_api, monkeypatch):
+    """429 (the API's heavy queue is full): the script does not sleep; one "busy" line, and a timer in
+    the browser (frontend/rerun_timer.py) set to the Retry-After reruns the fragment; that rerun,
+    with the API free again, shows the loss. Never a traceback."""
+    busy = ServerBusy("the server is busy: 3 heavy jobs are running or queued (limit 3)", 2.0)
     answered = fake_api.evaluate
     tries = []
 
@@ -79,12 +98,13 @@ def test_a_busy_api_is_retried_with_a_notice_then_shown_as_busy(fake_api, monkey
 
     monkeypatch.setattr(fake_api, "evaluate", evaluate_busy_once)
     at = page("editor")
-    assert not at.exception and not at.error and len(tries) == 2
-    assert any("busy, retrying" in t.value for t in at.toast)
-    fake_api.fail = {"retained_mass": busy}
-    at = page("attention")
-    assert not at.exception
-    assert any("busy" in e.value and "retries" in e.value for e in at.error)
+    assert not at.exception and not at.error and len(tries) == 1 and not at.metric
+    assert any("busy" in w.value and "asking again in 2 s" in w.value for w in at.warning)
+    timer, = [e for e in at.get("bidi_component") if e.proto.component_name == "aah_rerun_timer"]
+    assert json.loads(timer.proto.json)["ms"] == 2000
+    at.run()  # what the timer's trigger does: a rerun
+    assert len(tries) == 2 and at.metric[0].label == "loss (nats)"
+    assert not [w for w in at.warning if "busy" in w.value]
 
 
 def test_editor_evaluates_the_models_own_plan_with_per_token(fake_api):
@@ -105,9 +125,9 @@ def test_editor_opens_with_a_sentence_from_the_models_own_sweep(fake_api):
 
 def test_editor_cell_edit_evaluates_the_new_plan_and_updates_the_url(fake_api):
     at = page("editor")
-    at.selectbox(key="editor.layer").select(1).run()
-    at.selectbox(key="editor.head").select(3).run()
-    at.pills[0].set_value("16").run()
+    at = send_heads(at, {"kind": "select", "layer": 1, "head": 3})
+    assert heads_component(at)[1]["sel"] == [1, 3] and url(at)["layer"] == "1"
+    at = send_heads(at, {"kind": "edit", "layer": 1, "head": 3, "window": 16})
     plan = [list(r) for r in OWN]
     plan[1][3] = 16
     assert fake_api.called("evaluate")[-1][1] == ("demo", plan)
@@ -121,16 +141,36 @@ def test_editor_cell_edit_evaluates_the_new_plan_and_updates_the_url(fake_api):
 
 def test_editor_takes_any_typed_window_not_only_the_buckets(fake_api):
     at = page("editor", layer="1", head="2")
-    typed = [n for n in at.number_input if n.key.startswith("editor._typed.")]
-    assert len(typed) == 1 and typed[0].value == 4  # the head's current window
-    typed[0].set_value(13).run()  # 13 is no bucket of this model
+    assert heads_component(at)[1]["sel"] == [1, 2]
+    at = send_heads(at, {"kind": "edit", "layer": 1, "head": 2, "window": 13})  # 13 is no bucket of this model
     plan = [list(r) for r in OWN]
     plan[1][2] = 13
     assert fake_api.called("evaluate")[-1][1] == ("demo", plan) and url(at)["plan"] == "4.8.full.16_8.full.13.4"
-    assert "13" in at.pills[0].options and at.button(key="editor._undo").disabled is False
-    typed = [n for n in at.number_input if n.key.startswith("editor._typed.")]
-    typed[0].set_value(32).run()  # the context (T=32): full
+    assert "13" in heads_component(at)[1]["labels"] and at.button(key="editor._undo").disabled is False
+    at = send_heads(at, {"kind": "edit", "layer": 1, "head": 2, "window": 32})  # the context (T=32): full
     assert fake_api.called("evaluate")[-1][1][1][1][2] is None
+
+
+def test_editor_applies_every_message_of_the_log_once_and_to_its_own_head(fake_api):
+    """Several messages arrive in one rerun (the browser sends its whole unacknowledged log): each is
+    applied once, in order, to the head it names, whatever head the page had selected."""
+    at = page("editor", layer="0", head="0")
+    at = send_heads(at, {"kind": "edit", "layer": 1, "head": 0, "window": 2},
+                    {"kind": "select", "layer": 0, "head": 3},
+                    {"kind": "edit", "layer": 0, "head": 3, "window": 1})
+    plan = [list(r) for r in OWN]
+    plan[1][0], plan[0][3] = 2, 1
+    assert fake_api.called("evaluate")[-1][1] == ("demo", plan)
+    comp, data = heads_component(at)
+    assert data["ack"] == 3 and data["sel"] == [0, 3] and data["plan"] == plan
+    assert "step 2 of 2" in " ".join(c.value for c in at.caption)
+    # the same log again (a replay): nothing more happens
+    from streamlit.proto.WidgetStates_pb2 import WidgetState
+    log = [{"kind": "edit", "layer": 1, "head": 0, "window": 2, "seq": 1}]
+    states = at._tree.get_widget_states()
+    states.widgets.append(WidgetState(id=comp.proto.id, json_value=json.dumps({"log": {"log": log}})))
+    at = at._run(states)
+    assert "step 2 of 2" in " ".join(c.value for c in at.caption)
 
 
 def test_editor_opens_the_plan_from_a_shared_link(fake_api):
@@ -138,7 +178,7 @@ def test_editor_opens_the_plan_from_a_shared_link(fake_api):
     assert fake_api.called("evaluate")[-1][1] == ("demo", [[4, 4, 4, 4], [8, None, 4, 4]])
     assert fake_api.called("evaluate")[-1][2]["eval_set"] == "copy"
     assert url(at) == {"model": "demo", "plan": "4.4.4.4_8.full.4.4", "eval": "copy", "layer": "1"}
-    assert at.selectbox(key="editor.layer").value == 1
+    assert heads_component(at)[1]["sel"] == [1, 0]
 
 
 def test_editor_ignores_a_misshaped_plan_in_the_url(fake_api):
@@ -386,10 +426,9 @@ def test_editor_offers_a_hugging_face_model_with_its_native_windows_and_context_
     picker = at.selectbox(key="editor.model")
     assert picker.value == "gemma-tiny" and "gemma3, 2×4 heads, T=32" in picker.format_func("gemma-tiny")
     assert fake_api.called("evaluate")[-1][1] == ("gemma-tiny", native)
-    assert at.pills[0].options == ["1", "2", "4", "8", "16", "full"]
-    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    cells = next(t for c in charts for t in c["data"] if t.get("name") == "cells")  # the window map's cells
-    assert cells["text"] == ["8"] * 4 + ["full"] * 4
+    data = heads_component(at)[1]
+    assert data["labels"] == ["1", "2", "4", "8", "16", "full"]
+    assert data["plan"] == native
 
 
 def test_present_renames_reorders_and_deletes_saved_views(fake_api):
