@@ -69,7 +69,7 @@ def test_heatmap_link_and_offline_export(live, model, tmp_path):
 
     button = page.get_by_role("button", name=re.compile("Download HTML"))
     prepare = page.get_by_role("button", name="Prepare offline HTML")
-    S.prepare_download(page, "Share · save · export", prepare, button, build_s=20, timeout=150)
+    S.prepare_download(page, "Share · save · export", prepare, button, build_s=60)
     with page.expect_download() as info:
         button.click()
     html_path = tmp_path / "attention.html"

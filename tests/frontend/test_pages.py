@@ -506,3 +506,27 @@ def test_editor_captions_the_models_dtype_and_its_loss_difference(fake_api, monk
     caption = next(c.value for c in at.caption if "Evaluated in" in c.value)
     assert "bfloat16" in caption and "4.2× as fast" in caption and "Δ +0.0123" in caption and "1,024 tokens" in caption
     assert f"Each eval set: 4 × {own['seq_len']:,} = {4 * own['seq_len']:,} tokens" in caption
+
+
+def test_the_jobs_watcher_polls_only_while_a_job_is_live(fake_api, monkeypatch):
+    """No timer reruns when nothing is live (issue 23): the watcher's fragment gets run_every only while
+    a job is scheduled or running; idle, a "Check for jobs" button looks once instead."""
+    import streamlit as st
+
+    from frontend import jobs
+
+    timers = []
+    fragment = st.fragment
+
+    def spy(func=None, *, run_every=None):
+        if getattr(func, "__name__", "") == "_watch":
+            timers.append(run_every)
+        return fragment(func, run_every=run_every)
+
+    monkeypatch.setattr(st, "fragment", spy)
+    at = page("runs")  # the fake store has run #2 RUNNING
+    assert timers == [jobs.POLL_S] and not [b for b in at.button if b.key == "jobs._check"]
+    for r in fake_api.runs_store:
+        r["status"] = "FINISHED" if r["status"] == "RUNNING" else r["status"]
+    at = page("runs")
+    assert timers[-1] is None and at.button(key="jobs._check") and not at.exception
