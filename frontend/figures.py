@@ -12,6 +12,8 @@ from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
 from frontend import user_text
@@ -32,9 +34,32 @@ def coverage_label(metric: str) -> str:
     return COVERAGE_LABELS.get(metric, metric)
 
 
+# Legends go below the plot, in rows that wrap: a vertical legend at the right took a 1400 px Compare
+# chart down to a 64 px plot (issue 23). Plotly grows the bottom margin to fit it.
+LEGEND_BELOW = dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0)
+
+
+# Every figure names its own template: with streamlit imported, Plotly's default template is
+# Streamlit's, whose colourway is placeholders (#000001, ...) that only the dashboard's browser code
+# replaces, so an exported deck drew them as near-black/grey (issue 23). Page and deck now draw the
+# same colours.
+TEMPLATE = go.layout.Template(pio.templates["plotly_white"])
+TEMPLATE.layout.colorway = PALETTE
+
+
+def exportable(fig: go.Figure) -> go.Figure:
+    """`fig` with TEMPLATE when it still carries Streamlit's placeholder colourway (a figure built
+    outside `layout`), so it draws the same colours outside the dashboard."""
+    colorway = fig.layout.template.layout.colorway or ()
+    if colorway and str(colorway[0]).lower() == "#000001":
+        fig = go.Figure(fig).update_layout(template=TEMPLATE)
+    return fig
+
+
 def layout(fig: go.Figure, title: str | None, height: int | None = None, left: int = 50, **kw) -> go.Figure:
-    fig.update_layout(title=title, margin=dict(l=left, r=20, t=50 if title else 20, b=40),
-                      uirevision="keep", height=height, **kw)
+    fig.update_layout(title=title, margin=dict(l=left, r=20, t=50 if title else 20, b=40), template=TEMPLATE,
+                      uirevision="keep", height=height, legend=LEGEND_BELOW)
+    fig.update_layout(**kw)
     return fig
 
 
@@ -298,8 +323,14 @@ def add_nonfinite_markers(fig: go.Figure, points: dict[str, NonFinitePoints], co
     return fig
 
 
+def axis_title(keys: Sequence[str]) -> str:
+    """A y axis title that names what is plotted ("val_loss · train_loss"), never a bare "value"."""
+    keys = list(dict.fromkeys(keys))
+    return " · ".join(keys[:3]) + (f" (+{len(keys) - 3} more)" if len(keys) > 3 else "")
+
+
 def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float | None]]], smoothing: float,
-                         *, y_title: str = "value", title: str | None = None,
+                         *, y_title: str | None = None, title: str | None = None,
                          y_range: tuple[float, float] | None = None,
                          nonfinite: dict[str, NonFinitePoints] | None = None) -> go.Figure:
     """Curves by step, each drawn raw (line and points: the last point is the stored last value).
@@ -324,7 +355,7 @@ def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float |
                                      mode="lines", line=dict(color=color, width=2.5), legendgroup=name,
                                      connectgaps=True, hovertemplate="%{y:.4g} (smoothed)<extra></extra>"))
     fig.update_xaxes(title="step")
-    fig.update_yaxes(title=user_text.svg(y_title), range=list(y_range) if y_range else None)
+    fig.update_yaxes(title=user_text.svg(y_title or axis_title(list(series))), range=list(y_range) if y_range else None)
     add_nonfinite_markers(fig, nonfinite or {}, colors)
     return layout(fig, title and user_text.svg(title), height=360)
 
@@ -332,10 +363,13 @@ def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float |
 def window_fraction_figure(series: dict[str, tuple[Sequence[int], Sequence[float | None]]]) -> go.Figure:
     """Stacked areas of the share of heads at each window over training (keys `window_frac/<bucket>`)."""
     fig = go.Figure()
-    for label in sorted(series, key=lambda label: window_order(parse_window(label))):
+    labels = sorted(series, key=lambda label: window_order(parse_window(label)))
+    # each window in its colour on the window maps' scale, so an area and a map cell agree
+    colors = sample_colorscale(GRID_SCALE, [window_z(parse_window(b)) / FULL_Z for b in labels])
+    for label, color in zip(labels, colors):
         steps, values = series[label]
         fig.add_trace(go.Scatter(x=list(steps), y=finite(values), mode="lines", stackgroup="frac",
-                                 name=f"window {label}", line=dict(width=0.5)))
+                                 name=f"window {label}", line=dict(width=0.5, color=color), fillcolor=color))
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="share of heads", range=[0, 1])
     return layout(fig, "window fractions over training", height=340)

@@ -191,8 +191,8 @@ def acr_figures(run_id: int, keys: list[str], smoothing: float, min_step: int | 
     figs: dict[str, go.Figure] = {}
     chosen = {k: series[k] for k in keys if k in series}
     if chosen:
-        figs["metrics"] = figures.metric_curves_figure(chosen, smoothing, y_title="value", title="metrics by step",
-                                                 nonfinite={k: marks[k] for k in chosen})
+        figs["metrics"] = figures.metric_curves_figure(chosen, smoothing, title="metrics by step",
+                                                       nonfinite={k: marks[k] for k in chosen})
     cov = {k: series[k] for k in COVERAGE_KEYS if k in series}
     if cov:
         figs["coverage"] = figures.metric_curves_figure(cov, 0.0, y_title="coverage (acr, causal_coverage, tile)",
@@ -204,8 +204,21 @@ def acr_figures(run_id: int, keys: list[str], smoothing: float, min_step: int | 
     return run, figs
 
 
+def acr_group_figure(run: dict, state: dict) -> go.Figure | None:
+    """The run's group drawn as the ACR page's band control asks (None: no band chosen, no group, or
+    no other run with these metrics); the page and its saved view (slide, deck) draw this same figure."""
+    if not (run.get("group") and state.get("band")):
+        return None
+    keys = state["keys"] or ["val_loss"]
+    own = split_series(api.call("run_metrics", run["id"], keys=keys, max_points=CURVE_POINTS)["series"])
+    return group_views.run_group_figure(run, keys, state["band"], own, state["smooth"])
+
+
 def acr_section(state: dict) -> Section:
     run, figs = acr_figures(state["run"], state["keys"], state["smooth"])
+    group = acr_group_figure(run, state)
+    if group is not None:
+        figs["group"] = group
     try:
         w = api.cached("run_windows", state["run"], step=None if state["step"] < 0 else state["step"])
         figs["windows"] = figures.window_grid_figure(w["windows"], title=f"window map at step {w['step']}")

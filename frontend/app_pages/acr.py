@@ -3,7 +3,7 @@ window fractions, and the window map at any step."""
 
 import streamlit as st
 
-from frontend import api, components, figures, group_figures, group_views, groups, jobs, plans, user_text, views
+from frontend import api, components, figures, group_figures, groups, jobs, plans, user_text, views, zoom_chart
 
 PAGE = "acr"
 st.title("ACR curves")
@@ -53,7 +53,8 @@ def curves(step_range: tuple[int | None, int | None]) -> None:
     redraws when its status changes."""
     with api.guard("drawing the curves"):
         state = components.current_state(PAGE)
-        run, figs = views.acr_figures(run_id, state["keys"], state["smooth"], *step_range)
+        zoom = zoom_chart.zoomed("acr._metrics")  # a range dragged on the chart: asked at full resolution
+        run, figs = views.acr_figures(run_id, state["keys"], state["smooth"], *(zoom or step_range))
         if run["status"] != drawn_status:  # started or ended: the picker, the map and the polling follow
             st.rerun(scope="app")
         for line in views.run_lines(run):
@@ -61,11 +62,12 @@ def curves(step_range: tuple[int | None, int | None]) -> None:
         if not figs:
             components.placeholder("This run has no metrics yet; curves appear as training writes them.")
         if "metrics" in figs:
-            components.show_figure(figs["metrics"], "acr._metrics")
+            zoom_chart.show(figs["metrics"], "acr._metrics")
+            st.caption(f"Zoomed to steps {zoom[0]:,}–{zoom[1]:,}: these points were asked for this range "
+                       "(double-click the chart to zoom out)." if zoom else
+                       "Drag a range on the chart to ask the server for it at full resolution.")
         if group and state["band"]:
-            keys = state["keys"] or ["val_loss"]
-            own = views.split_series(api.call("run_metrics", run_id, keys=keys, max_points=views.CURVE_POINTS)["series"])
-            fig = group_views.run_group_figure(run, keys, state["band"], own)
+            fig = views.acr_group_figure(run, state)
             if fig is None:
                 components.placeholder(f"Group {user_text.md(group)} has no other run with these metrics.")
             else:

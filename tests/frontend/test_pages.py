@@ -530,3 +530,16 @@ def test_the_jobs_watcher_polls_only_while_a_job_is_live(fake_api, monkeypatch):
         r["status"] = "FINISHED" if r["status"] == "RUNNING" else r["status"]
     at = page("runs")
     assert timers[-1] is None and at.button(key="jobs._check") and not at.exception
+
+
+def test_present_reports_a_slide_beyond_the_deck_and_sizes_the_slide_to_one_screen(fake_api):
+    from frontend import export
+
+    for name in ("a", "b"):
+        fake_api.create_view(name, "acr", {"run": "1"})
+    at = page("present", slide="50")
+    assert any("slide=50 (the deck has 2 slides; showing slide 1)" in w.value for w in at.warning)
+    assert any("slide 1 of 2" in c.value for c in at.caption)
+    heights = [json.loads(c.proto.spec)["layout"]["height"] for c in at.get("plotly_chart")]
+    rows = -(-len(heights) // 2)
+    assert heights and rows * max(heights) <= export.SCREEN_PX - export.SLIDE_CHROME_PX
