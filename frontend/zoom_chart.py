@@ -21,7 +21,8 @@ from frontend import components
 
 _JS = """
 function attach(chartKey, setStateValue) {
-  const host = document.querySelector('.st-key-' + CSS.escape(chartKey));
+  // Streamlit's class for a keyed element: st-key- and the key with other characters than [A-Za-z0-9_-] as -
+  const host = document.querySelector('.st-key-' + chartKey.trim().replace(/[^a-zA-Z0-9_-]/g, '-'));
   const div = host && host.querySelector('.js-plotly-plot');
   if (!div || typeof div.on !== 'function') return;
   const fresh = div.__aahZoom === undefined;

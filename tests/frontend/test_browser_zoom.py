@@ -44,7 +44,7 @@ def test_a_dragged_range_re_asks_the_server_and_draws_the_finer_points(live):
     before = S.wait_for(lambda: S.plot(page, "metrics by step"), what="the metrics chart")
     xs = next(t for t in before["data"] if t["name"] == "train_loss")["x"]
     S.settled(page)
-    box = page.locator(".st-key-acr\\._metrics .nsewdrag").first.bounding_box()
+    box = page.locator(".st-key-acr-_metrics .nsewdrag").first.bounding_box()
     y = box["y"] + box["height"] / 2
     page.mouse.move(box["x"] + box["width"] * 0.40, y)  # one drag: 40 % to 43 % of the x axis
     page.mouse.down()
