@@ -70,9 +70,23 @@ FULL_Z = WINDOW_LOG2_MAX + 1  # full causal attention: the top colour, one step 
 WINDOW_TICKS = list(range(0, WINDOW_LOG2_MAX + 1, 2)) + [FULL_Z]
 
 
-def window_z(w: Window) -> float:
-    """A window's position on the fixed colour scale: log2(w) clipped to [0, WINDOW_LOG2_MAX], full on top."""
+def window_z(w: Window, seq_len: int | None = None) -> float:
+    """A window's position on the colour scale: log2(w) clipped to [0, WINDOW_LOG2_MAX], full on top.
+    For a model of context `seq_len`, the scale is the model's own: 1 .. T, where a window of T keys or
+    more is full (the top), so a T=256 model's colour bar does not run to 16384."""
+    if seq_len is not None:
+        top = math.log2(max(seq_len, 2))
+        return top if w is None else min(math.log2(max(int(w), 1)), top)
     return float(FULL_Z) if w is None else min(math.log2(max(int(w), 1)), float(WINDOW_LOG2_MAX))
+
+
+def _window_scale(seq_len: int | None) -> tuple[float, list[float], list[str]]:
+    """(zmax, tick positions, tick labels) of the window colour bar, for a model's context or the fixed scale."""
+    if seq_len is None:
+        return FULL_Z, list(WINDOW_TICKS), [FULL if z == FULL_Z else str(2 ** z) for z in WINDOW_TICKS]
+    top = window_z(None, seq_len)
+    ticks = [float(z) for z in range(0, math.ceil(top), 2 if top > 8 else 1) if z < top]
+    return top, ticks + [top], [str(2 ** int(z)) for z in ticks] + [f"{FULL} (≥{seq_len})"]
 
 
 def _cell_rect(row: int, col: int, xref: str = "x", yref: str = "y", color: str = "#ff2d55",
@@ -81,15 +95,15 @@ def _cell_rect(row: int, col: int, xref: str = "x", yref: str = "y", color: str 
                 line=dict(color=color, width=width), fillcolor="rgba(0,0,0,0)")
 
 
-def _grid_trace(plan: Plan, show_scale: bool = True, hover_prefix: str = "") -> go.Heatmap:
+def _grid_trace(plan: Plan, show_scale: bool = True, hover_prefix: str = "", seq_len: int | None = None) -> go.Heatmap:
     n_layer, n_head = len(plan), len(plan[0])
-    z = [[window_z(w) for w in row] for row in plan]
+    z = [[window_z(w, seq_len) for w in row] for row in plan]
     text = [[window_label(w) for w in row] for row in plan]
+    zmax, ticks, labels = _window_scale(seq_len)
     return go.Heatmap(
         z=z, x=list(range(n_head)), y=list(range(n_layer)), text=text, texttemplate="%{text}",
-        colorscale=GRID_SCALE, zmin=0, zmax=FULL_Z, xgap=2, ygap=2, showscale=show_scale,
-        colorbar=dict(title="window (log₂)", tickvals=WINDOW_TICKS,
-                      ticktext=[FULL if z == FULL_Z else str(2 ** z) for z in WINDOW_TICKS]),
+        colorscale=GRID_SCALE, zmin=0, zmax=zmax, xgap=2, ygap=2, showscale=show_scale,
+        colorbar=dict(title="window (log₂)", tickvals=ticks, ticktext=labels),
         hovertemplate=hover_prefix + "layer %{y}, head %{x}<br>window %{text}<extra></extra>",
     )
 
@@ -103,13 +117,13 @@ def _grid_axes(fig: go.Figure, n_layer: int, n_head: int, row: int | None = None
 
 def window_grid_figure(plan: Plan, *, changed: list[list[bool]] | None = None,
                        selected: tuple[int, int] | None = None, title: str | None = None,
-                       clickable: bool = False) -> go.Figure:
-    """The layer x head window map: one cell per head coloured by its window on the fixed log scale
-    (`window_z`, full = the top colour),
+                       clickable: bool = False, seq_len: int | None = None) -> go.Figure:
+    """The layer x head window map: one cell per head coloured by its window on the log scale
+    (`window_z`, full = the top colour; with `seq_len`, the model's own 1 .. T),
     layer 0 on top. `changed` cells are outlined in red, the `selected` cell in black. With `clickable`,
     an invisible marker sits on every cell: Plotly reports clicks on points, not on heatmap cells."""
     n_layer, n_head = len(plan), len(plan[0])
-    fig = go.Figure(_grid_trace(plan))
+    fig = go.Figure(_grid_trace(plan, seq_len=seq_len))
     if clickable:
         cells = [(l, h) for l in range(n_layer) for h in range(n_head)]
         fig.data[0].hoverinfo = "skip"

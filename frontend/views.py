@@ -75,7 +75,7 @@ def editor_section(state: dict) -> Section:
     plan, own, _ = plan_for(model, state["plan"])
     result = evaluate(model["id"], plan, state["eval"])
     figs: dict[str, go.Figure] = {
-        "grid": figures.window_grid_figure(plan, changed=plans.changed_cells(own, plan),
+        "grid": figures.window_grid_figure(plan, changed=plans.changed_cells(own, plan), seq_len=model["seq_len"],
                                            title="window plan (red outline: changed vs the model's own plan)")}
     if result.get("per_token"):
         figs["tokens"] = figures.token_delta_figure(result["per_token"]["tokens"], result["per_token"]["delta"])
@@ -306,13 +306,13 @@ def runs_frame(runs: list[dict], all_params: bool) -> pd.DataFrame:
     rows = []
     for r in runs:
         s, p, prog = r.get("summary") or {}, r.get("params") or {}, r.get("progress")
-        rows.append({"id": r["id"], "name": r["name"], "status": r["status"], "target": r.get("target", "local"),
-                     "engine job": r.get("engine_job_id") or "", "preset": r.get("preset"),
-                     "experiment": r.get("experiment"), "source": r.get("source"), "group": r.get("group"),
-                     "seed": r.get("seed"), "tags": ", ".join(r.get("tags") or []),
+        # the metrics right after the run's name: at the table's default width they are on screen
+        rows.append({"id": r["id"], "name": r["name"], "status": r["status"],
+                     "val_loss": s.get("val_loss"), "acr": s.get("acr"), "causal_coverage": s.get("causal_coverage"),
+                     "target": r.get("target", "local"), "engine job": r.get("engine_job_id") or "",
                      "progress": f"{prog['step']}/{prog['total_steps']}" if prog else "",
-                     "val_loss": s.get("val_loss"), "acr": s.get("acr"),
-                     "causal_coverage": s.get("causal_coverage"),
+                     "preset": r.get("preset"), "experiment": r.get("experiment"), "source": r.get("source"),
+                     "group": r.get("group"), "seed": r.get("seed"), "tags": ", ".join(r.get("tags") or []),
                      **{f"param {k}": p.get(k) for k in keys}})
     return pd.DataFrame(rows)
 
@@ -322,8 +322,8 @@ def runs_section(state: dict) -> Section:
                     status=state["status"] or None, source=state["source"] or None, group=state["group"] or None,
                     tag=state["tag"] or None, limit=500)
     df = runs_frame(run_table.filter_runs(runs, state["q"]), state["allparams"])
-    table = go.Figure(go.Table(header=dict(values=list(df.columns)),
-                               cells=dict(values=[df[c].astype(str).tolist() for c in df.columns])))
+    table = go.Figure(go.Table(header=dict(values=list(df.columns)), cells=dict(values=[
+        [run_table.metric_text(c, v) for v in df[c].tolist()] for c in df.columns])))
     return Section("Runs", {"table": table}, [f"{len(df)} runs"])
 
 

@@ -53,7 +53,8 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
             st.stop()
 
     with st.expander("Pick a head on the model's window map", expanded=False):
-        components.head_grid(figures.window_grid_figure(own, selected=(layer, head), clickable=True), PAGE,
+        components.head_grid(figures.window_grid_figure(own, selected=(layer, head), clickable=True,
+                                                             seq_len=model["seq_len"]), PAGE,
                              f"attention._grid.{model_id}")
 
 with api.guard("attention maps"):

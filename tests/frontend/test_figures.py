@@ -356,3 +356,12 @@ def test_a_zoomed_range_becomes_whole_steps():
     assert zoom_chart.step_range([-3.0, 5.5]) == (0, 6)
     assert zoom_chart.step_range(None) is None and zoom_chart.step_range([5, 5]) is None
     assert zoom_chart.step_range(["a", 3]) is None and zoom_chart.step_range([float("nan"), 3]) is None
+
+
+def test_a_models_window_map_colour_bar_spans_its_own_context():
+    """Issue 23: a T=256 model's colour bar ran 1 .. 16384."""
+    hm = figures.window_grid_figure([[4, 256, None, 1000]], seq_len=256).data[0]
+    assert hm.zmin == 0 and hm.zmax == 8  # log2(256)
+    assert hm.z[0][1] == hm.z[0][2] == hm.z[0][3] == 8 and hm.z[0][0] == 2  # T keys or more: full
+    labels = list(hm.colorbar.ticktext)
+    assert labels[0] == "1" and labels[-1] == "full (≥256)" and "16384" not in labels and "512" not in labels
