@@ -260,9 +260,13 @@ class ApiClient:
         return self._get(f"/models/{model_id}/sensitivity", eval_set=eval_set)
 
     def allocate(
-        self, model_id: str, budget: float, metric: str = "causal_coverage", eval_set: EvalSet = "mixed"
+        self, model_id: str, budget: float, metric: str = "causal_coverage", eval_set: EvalSet = "mixed",
+        held_out: EvalSet | None = None,
     ) -> Json:
-        body = {"budget": budget, "metric": metric, "eval_set": eval_set}
+        """A plan chosen on `eval_set` under the budget, scored on `held_out` too (None: the server's default)."""
+        body: dict[str, Any] = {"budget": budget, "metric": metric, "eval_set": eval_set}
+        if held_out is not None:
+            body["held_out"] = held_out
         return self._post(f"/models/{model_id}/allocate", body)
 
     # -- inference: cost of a plan, generation ---------------------------------------------------------

@@ -94,6 +94,9 @@ def preset_editor(model: dict, own: list, hist: history.PlanHistory, metric: str
             plan = preset_plan(choice, model, own, metric, params)
             if plan is not None:
                 commit(hist, plan)
+    note = st.session_state.get(f"editor._allocated.{model['id']}")
+    if note:
+        st.caption(note)
 
 
 def preset_plan(choice: str, model: dict, own: list, metric: str, params: dict) -> list | None:
@@ -110,11 +113,21 @@ def preset_plan(choice: str, model: dict, own: list, metric: str, params: dict) 
         with st.spinner(f"Allocating windows at {metric} ≤ {params['budget']:.2f} (the server evaluates candidates)..."):
             res = api.call("allocate", model["id"], float(params["budget"]), metric=metric, eval_set=_eval_set())
         st.session_state[_curve_key(model["id"], metric)] = res.get("curve", [])
+        st.session_state[f"editor._allocated.{model['id']}"] = allocation_note(res)
         return res["windows"]
     if model.get("run_id") is None:
         st.warning("This model has no training run in the store, so there is no controller plan to load.")
         return None
     return api.call("run_windows", model["run_id"])["windows"]
+
+
+def allocation_note(res: dict) -> str:
+    """Both numbers of an allocation: Δloss on the set it chose on (in-sample) and on the held-out set."""
+    chosen = f"Δloss {res['loss'] - res['baseline_loss']:+.4f} on {res['eval_set']}, where it was chosen (in-sample)"
+    if res.get("held_out_loss") is None:
+        return f"Allocated plan: {chosen}; this model has no held-out set to check it on."
+    held = res["held_out_loss"] - res["held_out_baseline_loss"]
+    return f"Allocated plan: {chosen} · Δloss {held:+.4f} on held-out {res['held_out']} (not used to choose)."
 
 
 def _eval_set() -> str:

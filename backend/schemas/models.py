@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictInt
+from pydantic import Field, StrictInt, model_validator
 
 from backend.schemas.base import OWN_WINDOW, AttentionWindow, EvalSet, Plan, Request, Response
 
@@ -181,10 +181,26 @@ class SensitivityResponse(Response):
     delta: list[list[list[float | None]]]
 
 
+# The eval set a choice made on one set is checked on: it shares no sequence with the choosing set
+# (mixed = text + copy; english is the bundled English text, never trained on).
+HELD_OUT: dict[str, EvalSet] = {"mixed": "english", "text": "english", "copy": "english", "english": "text"}
+
+
 class AllocateRequest(Request):
     budget: float = Field(gt=0.0, le=1.0, allow_inf_nan=False)
     metric: Literal["causal_coverage", "acr"] = "causal_coverage"
-    eval_set: EvalSet = "mixed"
+    eval_set: EvalSet = Field("mixed", description="the set the allocator chooses its plan on")
+    held_out: EvalSet | None = Field(
+        None, description="the set the chosen plan is scored on as well; default: one sharing no sequence with "
+        "eval_set (mixed, text, copy -> english; english -> text). Must differ from eval_set")
+
+    @model_validator(mode="after")
+    def _held_out(self) -> AllocateRequest:
+        if self.held_out is None:
+            self.held_out = HELD_OUT[self.eval_set]
+        if self.held_out == self.eval_set:
+            raise ValueError("held_out must differ from eval_set (a score on the choosing set is in-sample)")
+        return self
 
 
 class CurvePoint(Response):
@@ -196,8 +212,12 @@ class CurvePoint(Response):
 
 class AllocateResponse(CoverageFields):
     windows: list[list[int | None]]
+    eval_set: str = Field(description="the set the plan was chosen on (loss, baseline_loss, curve: in-sample)")
     loss: float
     baseline_loss: float
+    held_out: str | None = Field(description="the set the plan was scored on besides (None: it has none here)")
+    held_out_loss: float | None
+    held_out_baseline_loss: float | None = Field(description="the model's own plan on the held-out set")
     curve: list[CurvePoint]
 
 

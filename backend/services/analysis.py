@@ -201,16 +201,23 @@ def sensitivity(registry: Registry, lm: LoadedModel, eval_set: str) -> Sensitivi
 
 def allocate(registry: Registry, lm: LoadedModel, body: AllocateRequest) -> AllocateResponse:
     """(Concurrent identical requests share one search: the route runs this in the heavy executor.)"""
-    key = (lm.id, "allocate", body.eval_set, body.metric, body.budget)
+    key = (lm.id, "allocate", body.eval_set, body.metric, body.budget, body.held_out)
     hit = registry.cached(key)
     if hit is None:
         # The allocator brings its own evaluator and only reads the model, so it runs
         # without the model's lock: live edits are not held up by a search of seconds.
         result = run_allocation(lm.model, lm.batch(body.eval_set), body.budget, metric=body.metric)
         baseline, _, _ = _losses(registry, lm, lm.plan, body.eval_set, False)
+        held_out, held_loss, held_base = body.held_out, None, None
+        try:  # the chosen plan on a set it was not chosen on: the honest number
+            held_loss = plan_loss(registry, lm, result.plan, str(held_out))
+            held_base = plan_loss(registry, lm, lm.plan, str(held_out))
+        except InvalidInput:  # this model has no such set (e.g. trained without a synthetic task)
+            held_out = None
         T = lm.info.seq_len
         hit = AllocateResponse(
-            windows=plan_to_json(result.plan, T), loss=float(result.loss), baseline_loss=baseline,
+            windows=plan_to_json(result.plan, T), eval_set=body.eval_set, loss=float(result.loss),
+            baseline_loss=baseline, held_out=held_out, held_out_loss=held_loss, held_out_baseline_loss=held_base,
             curve=[CurvePoint(acr=p["acr"], causal_coverage=p["causal_coverage"], kv_bytes=p.get("kv_bytes"),
                               loss=p["loss"]) for p in result.curve],
             **coverage_metrics(result.plan, T),

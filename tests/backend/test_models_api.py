@@ -232,6 +232,19 @@ def test_allocate_under_a_budget(client):
     assert acr.status_code == 200 and acr.json()["acr"] <= 0.3 + 1e-9
 
 
+def test_allocate_scores_its_choice_on_a_held_out_set(client):
+    """Issue 23: the plan is chosen on eval_set and also scored on a set it was not chosen on."""
+    body = client.post(f"{API}/models/demo/allocate", json={"budget": 0.5, "eval_set": "text"}).json()
+    assert body["eval_set"] == "text" and body["held_out"] == "english"  # the default: no shared sequence
+    held = client.post(f"{API}/models/demo/evaluate", json={"windows": body["windows"], "eval_set": "english"}).json()
+    assert body["held_out_loss"] == pytest.approx(held["loss"], abs=1e-6)
+    assert body["held_out_baseline_loss"] == pytest.approx(held["baseline_loss"], abs=1e-6)
+    other = client.post(f"{API}/models/demo/allocate", json={"budget": 0.5, "eval_set": "english"}).json()
+    assert other["held_out"] == "text"
+    same = client.post(f"{API}/models/demo/allocate", json={"budget": 0.5, "eval_set": "text", "held_out": "text"})
+    assert same.status_code == 422 and "held_out must differ" in str(same.json()["detail"])
+
+
 @pytest.mark.parametrize("body", [{"budget": 0}, {"budget": 1.5}, {"budget": 0.5, "metric": "flops"}, {}])
 def test_allocate_validation(client, body):
     assert client.post(f"{API}/models/demo/allocate", json=body).status_code == 422

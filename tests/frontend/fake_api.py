@@ -158,10 +158,12 @@ class FakeApi:
                   for head in range(N_HEAD)] for layer in range(N_LAYER)]
         return {"buckets": BUCKETS, "baseline_loss": 2.0, "delta": delta}
 
-    def allocate(self, model_id, budget, metric="causal_coverage", eval_set="mixed"):
-        self._rec("allocate", model_id, budget, metric=metric, eval_set=eval_set)
+    def allocate(self, model_id, budget, metric="causal_coverage", eval_set="mixed", held_out=None):
+        self._rec("allocate", model_id, budget, metric=metric, eval_set=eval_set, held_out=held_out)
         plan = [[8] * N_HEAD for _ in range(N_LAYER)]
-        return {"windows": plan, "loss": _loss(plan), "baseline_loss": _loss(OWN), **_coverage(plan),
+        return {"windows": plan, "eval_set": eval_set, "loss": _loss(plan), "baseline_loss": _loss(OWN),
+                "held_out": held_out or ("text" if eval_set == "english" else "english"),
+                "held_out_loss": _loss(plan) + 0.5, "held_out_baseline_loss": _loss(OWN) + 0.25, **_coverage(plan),
                 "curve": [{"acr": 1.0, "causal_coverage": 1.0, "kv_bytes": _cost([[None] * N_HEAD] * N_LAYER)["kv_bytes"],
                            "loss": 2.0},
                           {**_coverage(plan), "kv_bytes": _cost(plan)["kv_bytes"], "loss": _loss(plan)}]}

@@ -199,6 +199,12 @@ def test_editor_presets_and_bulk_edits(fake_api):
     (_, args, kwargs), = fake_api.called("allocate")
     assert args == ("demo", 0.3) and kwargs["metric"] == "causal_coverage"
     assert fake_api.called("evaluate")[-1][1][1] == [[8] * 4, [8] * 4]
+    # both numbers: in-sample on the choosing set, and on the held-out set (the fake: +0.25 worse there)
+    res = fake_api.allocate("demo", 0.3)
+    ins, held = res["loss"] - res["baseline_loss"], res["held_out_loss"] - res["held_out_baseline_loss"]
+    note = next(c.value for c in at.caption if c.value.startswith("Allocated plan"))
+    assert f"Δloss {ins:+.4f} on mixed, where it was chosen (in-sample)" in note
+    assert f"Δloss {held:+.4f} on held-out english (not used to choose)" in note
     at.selectbox(key="editor._bulk_layer").select(0).run()
     at.selectbox(key="editor._bulk_lw").select("4").run()
     at.button(key="editor._set_layer").click().run()
