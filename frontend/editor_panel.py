@@ -47,12 +47,13 @@ def check_head(model: dict) -> None:
     components.ensure_option(PAGE, "head", list(range(n_head)), f"this model has heads 0-{n_head - 1}")
 
 
-def cell_editor(model: dict, own: list, hist: history.PlanHistory) -> None:
+def cell_editor(model: dict, own: list, hist: history.PlanHistory, kv_group: int = 1) -> None:
     """The window map, the picked head's window pills and a typed window (frontend/head_editor.py):
-    one browser-side component, so a pill always edits the head it is shown for."""
+    one browser-side component, so a pill always edits the head it is shown for. `kv_group`: query
+    heads per KV head (grouped-query attention), drawn on the map."""
     lkey, hkey = components.key(PAGE, "layer"), components.key(PAGE, "head")
     head_editor.head_editor(model, hist, own, labels(model, hist.current),
-                            (st.session_state[lkey], st.session_state[hkey]), lkey, hkey)
+                            (st.session_state[lkey], st.session_state[hkey]), lkey, hkey, kv_group)
 
 
 def _on_bulk(hist: history.PlanHistory, what: str) -> None:

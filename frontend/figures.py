@@ -265,6 +265,25 @@ def cost_summary(result: dict) -> str:
     return f"KV cache {kv:.1f} % of full · attention pairs {pairs:.1f} % of full"
 
 
+def kv_group_note(plan: Plan, own: Plan, n_kv_head: int) -> str | None:
+    """Why edits leave the KV cache as it was, for grouped-query attention: the edited heads whose window
+    is below the widest of their KV group (a KV head keeps its group's widest window, so narrowing one
+    query head saves no memory). None when there are none, or every query head has its own KV head."""
+    n_head = len(plan[0])
+    if n_kv_head >= n_head:
+        return None
+    g = n_head // n_kv_head
+    wide = lambda w: math.inf if w is None else w  # noqa: E731 (full is the widest)
+    wasted = [f"L{l}H{h}" for l, row in enumerate(plan) for h, w in enumerate(row)
+              if w != own[l][h] and wide(w) < max(wide(x) for x in row[h // g * g:(h // g + 1) * g])]
+    if not wasted:
+        return None
+    return (f"{', '.join(wasted[:4])}{' and others' if len(wasted) > 4 else ''}: this edit cannot shrink the KV "
+            f"cache: {g} query heads share each KV head (the grey bars on the window map), and a KV head keeps "
+            "the widest window of its group, so the group's other heads still need it. Shrink the whole group "
+            "to save memory.")
+
+
 def cache_growth_figure(series: dict[str, tuple[Sequence[int], Sequence[int]]],
                         full: tuple[Sequence[int], Sequence[int]] | None = None) -> go.Figure:
     """KV-cache bytes held against the context as tokens are generated, one line per plan; `full` (the

@@ -82,6 +82,8 @@ class CostFields(Response):
     kv_bytes_full: int
     attention_pairs: int
     attention_pairs_full: int
+    n_kv_head: int = Field(description="key/value heads per layer: the query heads of one share its cache, so a "
+                           "window shrinks the cache only when every head of the group has it")
 
 
 class ModelWindowsResponse(CoverageFields, CostFields):
@@ -256,7 +258,6 @@ class CostResponse(CostFields):
     kv_entries_full: int
     kv_ratio: float
     pairs_ratio: float
-    n_kv_head: int
     kv_windows: list[list[int]] = Field(description="per layer and kv head: positions its cache keeps at N")
     measured: MeasuredCostPublic | None = None
 

@@ -49,7 +49,8 @@ def exact_cost(lm: LoadedModel, plan: torch.Tensor, context: int) -> PlanCost:
 
 def cost_fields(cost: PlanCost) -> CostFields:
     return CostFields(context=cost.context, kv_bytes=cost.kv_bytes, kv_bytes_full=cost.kv_bytes_full,
-                      attention_pairs=cost.attention_pairs, attention_pairs_full=cost.attention_pairs_full)
+                      attention_pairs=cost.attention_pairs, attention_pairs_full=cost.attention_pairs_full,
+                      n_kv_head=cost.n_kv_head)
 
 
 def _plan_key(plan: torch.Tensor) -> tuple[int, ...]:

@@ -54,11 +54,12 @@ def panel() -> None:
     result = None
     with metrics_slot, api.guard("evaluating the plan"), st.spinner("Evaluating the plan..."):
         result = views.evaluate(model_id, hist.current, st.session_state[components.key(PAGE, "eval")])
-        components.metric_badges(result)
+        components.metric_badges(result, figures.kv_group_note(hist.current, own, int(own_info.get("n_kv_head")
+                                                                                                  or model["n_head"])))
     with metrics_slot:
         serving_panel.serving_table(model, hist, st.session_state[components.key(PAGE, "eval")], editor_panel.commit)
     with cell_slot:
-        editor_panel.cell_editor(model, own, hist)
+        editor_panel.cell_editor(model, own, hist, model["n_head"] // int(own_info.get("n_kv_head") or model["n_head"]))
     with history_slot:
         editor_panel.history_buttons(hist)
     st.session_state[components.key(PAGE, "plan")] = "" if hist.current == own else plans.encode_plan(hist.current)

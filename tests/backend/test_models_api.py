@@ -271,3 +271,11 @@ def test_concurrent_evaluations_heatmaps_and_sweeps_agree_with_sequential_ones(c
     client.app.state.registry.results.clear()
     assert losses == [evaluate(plan) for plan in plans]
     assert maps[:2] == [heatmap(0), heatmap(1)] and maps[2:4] == maps[:2]
+
+
+def test_every_cost_answer_names_the_kv_heads(client):
+    """The dashboard draws KV groups and says when an edit cannot shrink the cache (issue 23)."""
+    cost = client.post(f"{API}/models/demo/cost", json={"windows": TINY_PLAN, "context": 8}).json()
+    evaluated = client.post(f"{API}/models/demo/evaluate", json={"windows": TINY_PLAN}).json()
+    own = client.get(f"{API}/models/demo/windows").json()
+    assert evaluated["n_kv_head"] == own["n_kv_head"] == cost["n_kv_head"] >= 1

@@ -28,7 +28,8 @@ def _cost(plan, context=T):
     """The engine's exact cost fields of a plan at a context."""
     c = plan_cost(validate_plan(plan, N_LAYER, N_HEAD, T), context, SHAPE)
     return {"context": context, "kv_bytes": c.kv_bytes, "kv_bytes_full": c.kv_bytes_full,
-            "attention_pairs": c.attention_pairs, "attention_pairs_full": c.attention_pairs_full}
+            "attention_pairs": c.attention_pairs, "attention_pairs_full": c.attention_pairs_full,
+            "n_kv_head": c.n_kv_head}
 
 
 def _loss(plan):

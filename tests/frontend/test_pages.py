@@ -549,3 +549,22 @@ def test_present_reports_a_slide_beyond_the_deck_and_sizes_the_slide_to_one_scre
     heights = [json.loads(c.proto.spec)["layout"]["height"] for c in at.get("plotly_chart")]
     rows = -(-len(heights) // 2)
     assert heights and rows * max(heights) <= export.SCREEN_PX - export.SLIDE_CHROME_PX
+
+
+def test_a_gqa_model_draws_kv_groups_and_says_when_an_edit_cannot_shrink_the_cache(fake_api, monkeypatch):
+    """Issue 23: with grouped-query attention a one-head edit leaves the KV cache at 100 %; the map draws
+    the groups and the cost line says why."""
+    from aah_core.inference.cost import ModelShape
+    from tests.frontend import fake_api as fake_module
+
+    monkeypatch.setattr(fake_module, "SHAPE", ModelShape(n_layer=2, n_head=4, n_kv_head=2, head_dim=8, seq_len=32))
+    at = page("editor")
+    assert heads_component(at)[1]["group"] == 2
+    full = [[None] * 4, [None] * 4]
+    at = page("editor", plan="f.f.f.f_f.f.f.f")
+    at = send_heads(at, {"kind": "edit", "layer": 0, "head": 0, "window": 1})  # its group partner stays full
+    assert fake_api.called("evaluate")[-1][1][1] == [[1, None, None, None], full[1]]
+    assert any(c.value.startswith("L0H0: this edit cannot shrink the KV cache: 2 query heads share each KV head")
+               for c in at.caption)
+    at = send_heads(at, {"kind": "edit", "layer": 0, "head": 1, "window": 1})  # the whole group: it shrinks
+    assert not any("cannot shrink the KV cache" in c.value for c in at.caption)
