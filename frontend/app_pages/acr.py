@@ -23,7 +23,16 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=components.key(PAGE, "run"))
     metrics = api.call("run_metrics", run_id, max_points=views.CURVE_POINTS)["series"]
     keys = sorted(k for k in metrics if not k.startswith("window_frac/"))
-    st.session_state[components.key(PAGE, "keys")] = [k for k in st.session_state[components.key(PAGE, "keys")] if k in keys]
+    chosen = st.session_state[components.key(PAGE, "keys")]
+    if next((r["status"] for r in runs if r["id"] == run_id), None) in jobs.ACTIVE:
+        # a live run may not have logged a chosen key yet (val_loss before its first eval): keep it
+        # chosen, so it is drawn once it arrives, rather than dropping it for good
+        waiting = [k for k in chosen if k not in keys]
+        keys = sorted({*keys, *waiting})
+        if waiting:
+            c2.caption(f"Not logged yet: {', '.join(waiting)} (drawn once the run writes it).")
+    else:
+        st.session_state[components.key(PAGE, "keys")] = [k for k in chosen if k in keys]
     c2.multiselect("Metrics", keys, key=components.key(PAGE, "keys"))
     c3.slider("EMA smoothing", 0.0, 0.99, key=components.key(PAGE, "smooth"), step=0.01)
     # Long runs come downsampled (bucket min/max, views.CURVE_POINTS per series); narrowing the step

@@ -31,7 +31,10 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
     # reserved now, so the map below never moves when the line arrives
     opening = st.container(height=76, border=False)
     own_info = api.cached("model_windows", model_id)
-    url_plan, own, ignored = views.plan_for(model, state["plan"] if state["model"] in ("", model_id) else "")
+    for_this_model = state["model"] in ("", model_id)
+    url_plan, own, ignored = views.plan_for(model, state["plan"] if for_this_model else "")
+    if state["plan"] and not for_this_model:  # said, not dropped silently: it was made for another model
+        ignored = [f"plan={state['plan'][:40]} (made for model {state['model'][:40]}, not the one shown)"]
     components.link_ignored(PAGE, "plan", ignored)
     editor_panel.plan_history(model, own, url_plan)
     # in the page body, not the panel fragment: a warning written by a fragment is cleared by its next rerun

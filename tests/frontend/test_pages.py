@@ -568,3 +568,32 @@ def test_a_gqa_model_draws_kv_groups_and_says_when_an_edit_cannot_shrink_the_cac
                for c in at.caption)
     at = send_heads(at, {"kind": "edit", "layer": 0, "head": 1, "window": 1})  # the whole group: it shrinks
     assert not any("cannot shrink the KV cache" in c.value for c in at.caption)
+
+
+def test_the_live_acr_page_keeps_val_loss_chosen_before_the_first_eval(fake_api, monkeypatch):
+    """Issue 23: opened before a live run's first evaluation, the page dropped val_loss for good."""
+    logged = fake_api.run_metrics
+    evals = {"done": False}
+
+    def before_first_eval(run_id, **kwargs):
+        out = logged(run_id, **kwargs)
+        if not evals["done"]:
+            out["series"].pop("val_loss")
+        return out
+
+    monkeypatch.setattr(fake_api, "run_metrics", before_first_eval)
+    at = page("acr", run="2")  # run #2 is RUNNING in the fake store
+    assert at.multiselect(key="acr.keys").value == ["val_loss", "train_loss"]
+    assert any("Not logged yet: val_loss" in c.value for c in at.caption)
+    evals["done"] = True  # the run evaluates: the next redraw draws val_loss
+    at.run()
+    drawn = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("acr._metrics")).proto.spec)
+    assert "val_loss" in [t["name"] for t in drawn["data"]] and not at.exception
+
+
+def test_a_plan_for_a_model_that_is_not_here_is_reported_not_dropped(fake_api):
+    """Issue 23: plan=garbage was dropped silently when the model was also bad."""
+    at = page("editor", model="nope", plan="garbage")
+    text = " ".join(w.value for w in at.warning)
+    assert "model=nope (no such model" in text and "plan=garbage (made for model nope" in text
+    assert fake_api.called("evaluate")[-1][1] == ("demo", OWN) and not at.exception
