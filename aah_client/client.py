@@ -256,6 +256,10 @@ class ApiClient:
     def retained_mass(self, model_id: str, text_id: str | None = None) -> Json:
         return self._get(f"/models/{model_id}/retained-mass", text_id=text_id)
 
+    def retained_mass_of_text(self, model_id: str, text: str, offset: int = 0) -> Json:
+        """Retained-mass curves on a posted text's span from `offset` (the span POST /attention shows)."""
+        return self._post(f"/models/{model_id}/retained-mass", {"text": text, "offset": offset})
+
     def sensitivity(self, model_id: str, eval_set: EvalSet = "mixed") -> Json:
         return self._get(f"/models/{model_id}/sensitivity", eval_set=eval_set)
 

@@ -78,7 +78,7 @@ def _cached(url: str, method: str, args: tuple, kwargs: tuple) -> Any:
 # and the POSTs that only compute (evaluate, attention on a posted text, cost, round_plan), pure functions of their
 # arguments. A call that changes something (create, cancel, update, save a view) is never cached.
 CACHEABLE = frozenset({"models", "unavailable_models", "model", "model_windows", "model_texts", "presets", "runs",
-                       "run_windows", "evaluate", "attention", "retained_mass", "sensitivity", "cost",
+                       "run_windows", "evaluate", "attention", "retained_mass", "retained_mass_of_text", "sensitivity", "cost",
                        "round_plan"})
 
 

@@ -172,6 +172,14 @@ class AttentionResponse(Response):
     text_tokens: int = Field(description="tokens in the whole text; tokens outside offset..offset+n_tokens are not shown")
 
 
+class RetainedMassRequest(Request):
+    """POST /retained-mass: the curves on a posted text, on the seq_len tokens shown from `offset` (as
+    POST /attention shows them), so the curve and τ's suggestion are about the text on screen."""
+
+    text: str = Field(min_length=1, max_length=MAX_ATTENTION_TEXT_CHARS)
+    offset: int = Field(0, ge=0, le=MAX_ATTENTION_TEXT_CHARS * 8)
+
+
 class RetainedMassResponse(Response):
     buckets: list[int | None]
     mass: list[list[list[float]]]

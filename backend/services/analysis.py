@@ -27,6 +27,7 @@ from backend.schemas.models import (
     EvaluateRequest,
     EvaluateResponse,
     PerTokenLosses,
+    RetainedMassRequest,
     RetainedMassResponse,
     SensitivityResponse,
 )
@@ -183,6 +184,17 @@ def retained_mass(registry: Registry, lm: LoadedModel, text_id: str | None) -> R
             raise InvalidInput("text_id: this model has no bundled texts")
         mass = diagnostics.retained_mass_curves(lm.model, ids, lm.plan, windows).tolist()
         registry.remember(key, mass)
+    return RetainedMassResponse(buckets=buckets, mass=mass)
+
+
+def retained_mass_of_text(lm: LoadedModel, body: RetainedMassRequest) -> RetainedMassResponse:
+    """The curves on the span of a posted text that POST /attention shows for the same offset."""
+    windows, buckets = _buckets(lm)
+    whole = _token_ids(lm, body.text, None)
+    if whole.numel() == 0:
+        raise InvalidInput("text: it encodes to no tokens")
+    start, end = token_span(whole.shape[0], lm.info.seq_len, body.offset)
+    mass = diagnostics.retained_mass_curves(lm.model, whole[start:end].view(1, -1), lm.plan, windows).tolist()
     return RetainedMassResponse(buckets=buckets, mass=mass)
 
 

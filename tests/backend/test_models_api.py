@@ -209,6 +209,21 @@ def test_retained_mass_curves(client):
     assert torch.tensor(averaged["mass"]).shape == (2, 2, 3)
 
 
+def test_retained_mass_on_a_posted_text_is_about_that_text(client):
+    """Issue 23: the curve and τ on the attention page are computed on the text being shown."""
+    a = client.post(f"{API}/models/demo/retained-mass", json={"text": "abcabcabc " * 20}).json()
+    b = client.post(f"{API}/models/demo/retained-mass", json={"text": "the cat sat on the mat. " * 8}).json()
+    ma, mb = torch.tensor(a["mass"]), torch.tensor(b["mass"])
+    assert a["buckets"] == [4, 16, None] and ma.shape == mb.shape == (2, 2, 3)
+    assert torch.allclose(ma[..., -1], torch.ones(2, 2), atol=1e-5) and not torch.allclose(ma, mb)
+    shown = client.post(f"{API}/models/demo/attention", json={"layer": 0, "head": 0, "text": "x" * 500,
+                                                               "offset": 10_000}).json()  # clipped to the end
+    end = client.post(f"{API}/models/demo/retained-mass", json={"text": "x" * 500, "offset": 10_000}).json()
+    at = client.post(f"{API}/models/demo/retained-mass", json={"text": "x" * 500, "offset": shown["offset"]}).json()
+    assert end == at  # the same span as the heatmap shows
+    assert client.post(f"{API}/models/demo/retained-mass", json={"text": ""}).status_code == 422
+
+
 def test_sensitivity_sweep(client):
     body = client.get(f"{API}/models/demo/sensitivity", params={"eval_set": "text"}).json()
     assert body["buckets"] == [4, 16, None]

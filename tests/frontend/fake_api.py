@@ -152,6 +152,11 @@ class FakeApi:
         self._rec("retained_mass", model_id, text_id=text_id)
         return {"buckets": BUCKETS, "mass": [[[0.5, 0.7, 0.9, 1.0]] * N_HEAD] * N_LAYER}
 
+    def retained_mass_of_text(self, model_id, text, offset=0):
+        """A posted text's curves: this fake's heads keep less mass on it than on the bundled texts."""
+        self._rec("retained_mass_of_text", model_id, text, offset)
+        return {"buckets": BUCKETS, "mass": [[[0.1, 0.2, 0.6, 1.0]] * N_HEAD] * N_LAYER}
+
     def sensitivity(self, model_id, eval_set="mixed"):
         self._rec("sensitivity", model_id, eval_set=eval_set)
         # the smallest window hurts L1H2 most and L0H0 least

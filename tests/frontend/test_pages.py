@@ -393,6 +393,13 @@ def test_attention_on_the_users_own_text(fake_api):
     (_, args, kwargs), *heads = fake_api.called("attention")
     assert args == ("demo", 0, 0) and kwargs["text"] == "def f(x): return x" and not at.exception
     assert all(kw["text"] == "def f(x): return x" for _, _, kw in heads)  # the small multiples: same text
+    # issue 23: the retained-mass curve and τ's suggestion are computed on this text, not the bundled ones
+    assert fake_api.called("retained_mass_of_text")[-1][1] == ("demo", "def f(x): return x", 0)
+    assert not fake_api.called("retained_mass")
+    at = first_paint(at, "attention")
+    mass = fake_api.retained_mass_of_text("demo", "x")["mass"][0][0]
+    drawn = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("attention._retained")).proto.spec)
+    assert mass in [t["y"] for t in drawn["data"]]
 
 
 def test_editor_shows_the_exact_cost_beside_the_loss_for_every_edit(fake_api):
