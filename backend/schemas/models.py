@@ -185,10 +185,23 @@ class RetainedMassResponse(Response):
     mass: list[list[list[float]]]
 
 
+class SweepPick(Response):
+    """The head the sweep singles out: its loss rises most when it alone gets the smallest window."""
+
+    layer: int
+    head: int
+    window: int
+    delta: float = Field(description="on eval_set, where it was picked (in-sample)")
+    held_out_delta: float | None = Field(description="the same edit on the held-out set (not used to pick)")
+
+
 class SensitivityResponse(Response):
     buckets: list[int | None]
     baseline_loss: float
     delta: list[list[list[float | None]]]
+    eval_set: str
+    held_out: str | None = Field(description="the set the pick is checked on (None: this model has none)")
+    pick: SweepPick | None = Field(description="None when no head's loss rises at the smallest window")
 
 
 # The eval set a choice made on one set is checked on: it shares no sequence with the choosing set

@@ -19,6 +19,7 @@ from aah_core.windows import coverage_metrics, decode_window, encode_window, pla
 from backend.schemas.base import OWN_WINDOW, AttentionWindow
 from backend.schemas.errors import InvalidInput
 from backend.schemas.models import (
+    HELD_OUT,
     AllocateRequest,
     AllocateResponse,
     AttentionResponse,
@@ -30,6 +31,7 @@ from backend.schemas.models import (
     RetainedMassRequest,
     RetainedMassResponse,
     SensitivityResponse,
+    SweepPick,
 )
 from backend.services.registry import LoadedModel, Registry
 
@@ -209,7 +211,30 @@ def sensitivity(registry: Registry, lm: LoadedModel, eval_set: str) -> Sensitivi
         baseline, delta = diagnostics.sensitivity_sweep(evaluator.loss, lm.plan.clone(), windows)
         hit = (baseline, delta.tolist())
         registry.remember(key, hit)
-    return SensitivityResponse(buckets=buckets, baseline_loss=hit[0], delta=hit[1])
+    held_out: str | None = HELD_OUT[eval_set]
+    pick = _sweep_pick(hit[1], windows, lm.info.seq_len)
+    if pick is not None:
+        try:  # the picked edit on a set it was not picked on
+            edited = lm.plan.clone()
+            edited[pick.layer, pick.head] = pick.window
+            pick.held_out_delta = (plan_loss(registry, lm, edited, str(held_out))
+                                   - plan_loss(registry, lm, lm.plan, str(held_out)))
+        except InvalidInput:  # no such set for this model
+            held_out = None
+    return SensitivityResponse(buckets=buckets, baseline_loss=hit[0], delta=hit[1], eval_set=eval_set,
+                               held_out=held_out, pick=pick)
+
+
+def _sweep_pick(delta: list, windows: list[int], seq_len: int) -> SweepPick | None:
+    """The head whose loss rises most when it alone gets the smallest window (None: none rises)."""
+    k = min(range(len(windows)), key=windows.__getitem__)
+    if windows[k] >= seq_len:
+        return None
+    cells = [(d[k], layer, head) for layer, row in enumerate(delta) for head, d in enumerate(row) if d[k] is not None]
+    worst = max(cells, default=None)
+    if worst is None or worst[0] <= 0:
+        return None
+    return SweepPick(layer=worst[1], head=worst[2], window=windows[k], delta=worst[0], held_out_delta=None)
 
 
 def allocate(registry: Registry, lm: LoadedModel, body: AllocateRequest) -> AllocateResponse:

@@ -29,7 +29,7 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
     c1.caption(views.model_caption(model))
     # the cold open: filled after the panel, so the first loss is not held up by it; its height is
     # reserved now, so the map below never moves when the line arrives
-    opening = st.container(height=76, border=False)
+    opening = st.container(height=100, border=False)
     own_info = api.cached("model_windows", model_id)
     for_this_model = state["model"] in ("", model_id)
     url_plan, own, ignored = views.plan_for(model, state["plan"] if for_this_model else "")
@@ -93,6 +93,7 @@ with api.guard("the opening line"):
     if model["n_layer"] * model["n_head"] <= cold_open.SWEEP_LIMIT:
         sens = api.cached("sensitivity", model_id, st.session_state[components.key(PAGE, "eval")])
         line = cold_open.from_sensitivity(sens["delta"], sens["buckets"])
+        line = line and line + cold_open.held_out_clause(sens)
     else:
         rm = api.cached("retained_mass", model_id)
         line = cold_open.from_retained_mass(rm["mass"], rm["buckets"])

@@ -234,6 +234,23 @@ def test_sensitivity_sweep(client):
     assert delta[1][0][0] == pytest.approx(edited.json()["delta"], abs=1e-6)
 
 
+def test_the_sweeps_pick_is_checked_on_a_held_out_set(client):
+    """Issue 23: the head the sweep singles out (picked on eval_set) is scored on a held-out set too."""
+    body = client.get(f"{API}/models/demo/sensitivity", params={"eval_set": "text"}).json()
+    assert body["eval_set"] == "text" and body["held_out"] == "english"
+    cells = [(d[0], layer, head) for layer, row in enumerate(body["delta"]) for head, d in enumerate(row)]
+    worst = max(cells)
+    pick = body["pick"]
+    if worst[0] <= 0:
+        assert pick is None
+        return
+    assert (pick["layer"], pick["head"], pick["window"]) == (worst[1], worst[2], 4) and pick["delta"] == worst[0]
+    plan = [list(r) for r in TINY_PLAN]
+    plan[pick["layer"]][pick["head"]] = 4
+    held = client.post(f"{API}/models/demo/evaluate", json={"windows": plan, "eval_set": "english"}).json()
+    assert pick["held_out_delta"] == pytest.approx(held["delta"], abs=1e-6)
+
+
 def test_allocate_under_a_budget(client):
     r = client.post(f"{API}/models/demo/allocate", json={"budget": 0.5, "eval_set": "text"})
     body = r.json()

@@ -162,7 +162,9 @@ class FakeApi:
         # the smallest window hurts L1H2 most and L0H0 least
         delta = [[[0.3 if (layer, head) == (1, 2) else 0.01 * (layer * N_HEAD + head), 0.2, 0.1, 0.0]
                   for head in range(N_HEAD)] for layer in range(N_LAYER)]
-        return {"buckets": BUCKETS, "baseline_loss": 2.0, "delta": delta}
+        held = "text" if eval_set == "english" else "english"
+        return {"buckets": BUCKETS, "baseline_loss": 2.0, "delta": delta, "eval_set": eval_set, "held_out": held,
+                "pick": {"layer": 1, "head": 2, "window": BUCKETS[0], "delta": 0.3, "held_out_delta": 0.125}}
 
     def allocate(self, model_id, budget, metric="causal_coverage", eval_set="mixed", held_out=None):
         self._rec("allocate", model_id, budget, metric=metric, eval_set=eval_set, held_out=held_out)
