@@ -170,6 +170,7 @@ _PLOT = """(title) => {
   const ax = (a) => a ? {range: a.range, type: a.type, title: a.title && a.title.text} : null;
   return {title: div.layout.title.text, xaxis: ax(div._fullLayout.xaxis), yaxis: ax(div._fullLayout.yaxis),
           data: div.data.map(d => ({name: d.name, x: arr(d.x), y: arr(d.y), z: arr(d.z), zmin: d.zmin, zmax: d.zmax, type: d.type,
+                           color: d.line && d.line.color, fill: d.fillcolor,
                            error_y: d.error_y ? arr(d.error_y.array) : null}))};
 }"""
 
