@@ -48,12 +48,12 @@ def panel() -> None:
     the new loss before it redraws the widgets and charts (bench/ui.py: click -> new loss)."""
     hist = editor_panel.plan_history(model, own, url_plan)
     history_slot = st.container()  # filled after the edits, so it shows this run's edit
-    bulk = components.lazy_expander("Bulk edits and presets", "editor._bulk_open")
+    # a plain expander: opening it is the browser's own business, not a rerun that meets the user's clicks
+    # (its widgets are light); its Apply button edits the plan in this run: before the evaluation
+    with st.expander("Bulk edits and presets"):
+        editor_panel.preset_editor(model, own, hist, st.session_state[components.key(PAGE, "metric")])
+        editor_panel.bulk_editor(model, hist)
     cell_slot, metrics_slot = st.container(), st.container()
-    if bulk.open:  # its Apply button edits the plan in this run: before the evaluation
-        with bulk:
-            editor_panel.preset_editor(model, own, hist, st.session_state[components.key(PAGE, "metric")])
-            editor_panel.bulk_editor(model, hist)
     result = None
     with metrics_slot, api.guard("evaluating the plan"), st.spinner("Evaluating the plan..."):
         result = views.evaluate(model_id, hist.current, st.session_state[components.key(PAGE, "eval")])

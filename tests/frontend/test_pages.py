@@ -189,9 +189,7 @@ def test_editor_ignores_a_misshaped_plan_in_the_url(fake_api):
 
 
 def test_editor_presets_and_bulk_edits(fake_api):
-    at = page("editor")
-    assert not [s for s in at.selectbox if s.key == "editor._preset"]  # built only while open
-    open_expander(at, "editor._bulk_open")
+    at = page("editor")  # the expander is a plain one: its widgets are there (opening it is no rerun)
     at.selectbox(key="editor._preset").select("all full").run()
     at.button(key="editor._apply").click().run()
     assert fake_api.called("evaluate")[-1][1][1] == [[None] * 4, [None] * 4]
@@ -408,7 +406,6 @@ def test_editor_shows_the_exact_cost_beside_the_loss_for_every_edit(fake_api):
     at = page("editor")
     # OWN at T=32: kv entries 4+8+32+16 + 8+32+4+4 = 108 of 256
     assert any("KV cache 42.2 % of full · attention pairs" in m.value for m in at.markdown)
-    open_expander(at, "editor._bulk_open")
     at.selectbox(key="editor._preset").select("all full").run()
     at.button(key="editor._apply").click().run()
     assert any("KV cache 100.0 % of full · attention pairs 100.0 % of full" in m.value for m in at.markdown)
