@@ -46,7 +46,10 @@ _CSS = """
 """ % {"cell": CELL_PX}
 
 _JS = """
-const STATE = new Map();  // per mounted instance: next number, unacknowledged log, selection
+// per mounted instance: next number, unacknowledged log, selection. Kept on the window, not in this
+// module: should Streamlit load the module again, a fresh map would restart the numbering at the
+// script's ack and a click's new number could repeat one already sent (and be skipped as applied)
+const STATE = (globalThis.__aahHeadEditor = globalThis.__aahHeadEditor || new Map());
 
 function label(w) { return w === null ? "full" : String(w); }
 
