@@ -136,7 +136,9 @@ export default function ({ data, key, parentElement, setStateValue }) {
 }
 """
 
-_COMPONENT = st.components.v2.component("aah_head_editor", css=_CSS, js=_JS)
+# in the page's own DOM (no shadow root; the CSS is scoped under .he), so page scripts such as
+# bench/ui.py find the pills as they find any other element
+_COMPONENT = st.components.v2.component("aah_head_editor", css=_CSS, js=_JS, isolate_styles=False)
 
 
 def window_colors(labels: Sequence[str], seq_len: int) -> tuple[dict[str, str], dict[str, str]]:
