@@ -256,13 +256,21 @@ class ApiClient:
     def retained_mass(self, model_id: str, text_id: str | None = None) -> Json:
         return self._get(f"/models/{model_id}/retained-mass", text_id=text_id)
 
+    def retained_mass_of_text(self, model_id: str, text: str, offset: int = 0) -> Json:
+        """Retained-mass curves on a posted text's span from `offset` (the span POST /attention shows)."""
+        return self._post(f"/models/{model_id}/retained-mass", {"text": text, "offset": offset})
+
     def sensitivity(self, model_id: str, eval_set: EvalSet = "mixed") -> Json:
         return self._get(f"/models/{model_id}/sensitivity", eval_set=eval_set)
 
     def allocate(
-        self, model_id: str, budget: float, metric: str = "causal_coverage", eval_set: EvalSet = "mixed"
+        self, model_id: str, budget: float, metric: str = "causal_coverage", eval_set: EvalSet = "mixed",
+        held_out: EvalSet | None = None,
     ) -> Json:
-        body = {"budget": budget, "metric": metric, "eval_set": eval_set}
+        """A plan chosen on `eval_set` under the budget, scored on `held_out` too (None: the server's default)."""
+        body: dict[str, Any] = {"budget": budget, "metric": metric, "eval_set": eval_set}
+        if held_out is not None:
+            body["held_out"] = held_out
         return self._post(f"/models/{model_id}/allocate", body)
 
     # -- inference: cost of a plan, generation ---------------------------------------------------------

@@ -11,6 +11,7 @@ server gets FINAL_GRACE_S more to come back); whatever could not be sent stays i
 
 from __future__ import annotations
 
+import json
 import math
 import secrets
 import sys
@@ -26,7 +27,7 @@ import torch
 from aah_core.config import RunConfig
 from aah_core.train import Callback
 from aah_core.windows import plan_to_json
-from aah_tracking.spool import Spool, replay
+from aah_tracking.spool import Spool, replay, tracked_marker
 from aah_tracking.transport import Op, Refused, Transport, Unreachable
 
 MAX_POINTS = 2_000  # metric points per request: well under the server's 1 MB body limit
@@ -100,6 +101,7 @@ class TrackingCallback(Callback):
     # -- the training thread ----------------------------------------------------------------
 
     def on_start(self, info: dict[str, Any]) -> None:
+        self._mark_tracked()
         if self.attach is not None:
             run_id, self.write_secret = self.attach
             self._create = {"op": "attach", "run_key": self.run_key, "run_id": run_id,
@@ -115,6 +117,13 @@ class TrackingCallback(Callback):
             "preset": self.config.preset, "config": self.config.to_dict(),
             "data_hash": info.get("data_hash"), "git_rev": info.get("git_rev"), "seed": self.config.train.seed,
             "total_steps": info.get("total_steps"), "start_step": info.get("start_step", 0)}}
+
+    def _mark_tracked(self) -> None:
+        """Say beside the run folder that this run is tracked (its key and server; the secret stays in the
+        spool), so an `aah import` of the folder later does not register it a second time."""
+        marker = tracked_marker(self.spool.path.with_name(self.spool.path.name.removesuffix(".tracking.jsonl")))
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"run_key": self.run_key, "uri": self.transport.uri}) + "\n")
 
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
         now = time.time()

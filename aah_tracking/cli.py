@@ -7,6 +7,7 @@ callback factory (``train_callbacks``) that aah_core.cli calls, so the engine ne
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -105,6 +106,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     """Register finished run folders of `aah train` with the server, idempotently."""
     from aah_core.errors import AAHError
     from aah_tracking.folder import folder_ops, suite_runs
+    from aah_tracking.spool import tracked_marker
     from aah_tracking.transport import Refused, Transport, Unreachable
 
     transport = Transport(_uri(args) or DEFAULT_URI, _token(args))
@@ -113,6 +115,11 @@ def cmd_import(args: argparse.Namespace) -> int:
         for path in args.paths:
             suite = suite_runs(Path(path))
             for run_dir, identity in suite if suite is not None else [(Path(path), {"experiment": args.experiment})]:
+                marker = tracked_marker(run_dir.resolve())
+                if marker.is_file():  # trained with --tracking-uri: importing it would make a second run
+                    print(f"{run_dir}: already tracked as run key {json.loads(marker.read_text()).get('run_key')} "
+                          f"({marker.name}); nothing imported (`aah sync {run_dir}` sends what it spooled)")
+                    continue
                 try:
                     ops, summary = folder_ops(run_dir, upload=not args.no_upload, **identity)
                     created = transport.send(ops[0])

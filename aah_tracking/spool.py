@@ -22,6 +22,13 @@ def spool_path(run_dir: str | Path) -> Path:
     return run_dir.parent / f"{run_dir.name}.tracking.jsonl"
 
 
+def tracked_marker(run_dir: str | Path) -> Path:
+    """``<out>.tracked.json``: written when `aah train --tracking-uri` starts tracking the run in ``run_dir``
+    (its run key and server, no secret), so `aah import` knows the folder is tracked already."""
+    run_dir = Path(run_dir)
+    return run_dir.parent / f"{run_dir.name}.tracked.json"
+
+
 class Spool:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)

@@ -40,13 +40,6 @@ _DONE = """([plan]) => {
 }"""
 
 
-def _select(page, label: str, value: int) -> None:
-    """Pick `value` in the selectbox labelled `label` (not timed)."""
-    box = page.get_by_role("combobox", name=label)
-    box.click()
-    page.get_by_role("option", name=str(value), exact=True).click()
-
-
 _FIRST_LOSS = """() => {
   const m = [...document.querySelectorAll('[data-testid="stMetric"]')].find(e => e.textContent.includes('loss (nats)'));
   const v = m && m.querySelector('[data-testid="stMetricValue"]');
@@ -88,9 +81,8 @@ def measure(edits: int, warmup: int, opens: int) -> dict | None:
             layer, head = cells[i % len(cells)]
             if i >= len(cells):  # more edits than heads: later rounds pick other windows, so plans stay new
                 labels = labels[1:] + labels[:1]
-            if (layer, head) != (0, 0) or i > 0:
-                _select(page, "Layer", layer)
-                _select(page, "Head", head)
+            if (layer, head) != (0, 0) or i > 0:  # pick the head on the window map (in the browser: no rerun)
+                page.get_by_role("button", name=f"layer {layer}, head {head}", exact=True).click()
                 page.get_by_role("radiogroup", name=f"Window of layer {layer}, head {head}").wait_for()
             target = next(lb for lb in labels if parse_window(lb) != plan[layer][head])
             plan = copy.deepcopy(plan)

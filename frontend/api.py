@@ -1,9 +1,10 @@
 """The dashboard's only way to the backend: the `AAH_API_URL` setting (read here and nowhere else),
 the shared `ApiClient`, cached reads (CACHEABLE) and the error line shown when a call fails.
 
-A busy API (429, its queue of heavy jobs full) is retried here, after the `Retry-After` it sends
-(at most BUSY_RETRIES times, BUSY_WAIT_MAX_S each), with a "busy, retrying" toast; if it is still
-busy, the block shows one warning line like any other API error.
+A busy API (429, its queue of heavy jobs full) is never waited for inside a script run (a sleeping
+script holds the session: clicks queue behind it): `guard` shows a "busy" line and the browser asks
+again after the `Retry-After` it sent (BUSY_WAIT_MAX_S at most), rerunning the fragment or page
+(frontend/rerun_timer.py).
 
 Non-finite metric values arrive as their kind ("nan", "inf", "-inf": JSON has no NaN). In run
 summaries and compare tables, numbers the pages compute and format with, they become floats here;
@@ -18,41 +19,29 @@ import contextlib
 import logging
 import math
 import os
-import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import streamlit as st
 
-from aah_client import ApiClient, ApiError, ServerBusy, ServiceUnavailable, retry_when_busy
-from frontend import user_text
+from aah_client import ApiClient, ApiError, ServerBusy, ServiceUnavailable
+from frontend import rerun_timer, user_text
 
 logger = logging.getLogger(__name__)
 
 API_URL = os.environ.get("AAH_API_URL", "http://127.0.0.1:8000").rstrip("/")
 API_TOKEN = os.environ.get("AAH_API_TOKEN") or None
-BUSY_RETRIES = 3
 BUSY_WAIT_MAX_S = 5.0
 
 
 @st.cache_resource(show_spinner=False)
 def _shared_client(url: str, token: str | None) -> ApiClient:
-    # busy_retries=0: a 429 comes back here at once, so the retry happens outside st.cache_data
+    # busy_retries=0: a 429 comes back here at once (the client would sleep before asking again)
     return ApiClient(url, token=token, timeout=120.0, busy_retries=0)
 
 
 def get_client() -> ApiClient:
     """The process-wide client (one connection pool for every session)."""
     return _shared_client(API_URL, API_TOKEN)
-
-
-def _busy_wait(seconds: float, attempt: int) -> None:
-    st.toast(f"The API is busy, retrying in {seconds:.0f} s ({attempt}/{BUSY_RETRIES})", icon="⏳")
-    time.sleep(seconds)
-
-
-def _retrying(request: Callable[[], Any]) -> Any:
-    """``request()``, asked again while the API answers 429 (busy), after the wait it suggests."""
-    return retry_when_busy(request, BUSY_RETRIES, _busy_wait, BUSY_WAIT_MAX_S)
 
 
 KINDS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -77,7 +66,7 @@ def numbers(result: Any) -> Any:
 
 def call(method: str, *args: Any, **kwargs: Any) -> Any:
     """`get_client().<method>(...)`, uncached. Raises ApiError / ServiceUnavailable."""
-    return numbers(_retrying(lambda: getattr(get_client(), method)(*args, **kwargs)))
+    return numbers(getattr(get_client(), method)(*args, **kwargs))
 
 
 @st.cache_data(ttl=30, show_spinner=False, max_entries=512)
@@ -89,7 +78,7 @@ def _cached(url: str, method: str, args: tuple, kwargs: tuple) -> Any:
 # and the POSTs that only compute (evaluate, attention on a posted text, cost, round_plan), pure functions of their
 # arguments. A call that changes something (create, cancel, update, save a view) is never cached.
 CACHEABLE = frozenset({"models", "unavailable_models", "model", "model_windows", "model_texts", "presets", "runs",
-                       "run_windows", "evaluate", "attention", "retained_mass", "sensitivity", "cost",
+                       "run_windows", "evaluate", "attention", "retained_mass", "retained_mass_of_text", "sensitivity", "cost",
                        "round_plan"})
 
 
@@ -98,7 +87,12 @@ def cached(method: str, *args: Any, **kwargs: Any) -> Any:
     re-asks evaluate). Errors are never cached. Any other method raises ValueError: use `call`."""
     if method not in CACHEABLE:
         raise ValueError(f"api.cached({method!r}): not a cacheable read; use api.call for it")
-    return numbers(_retrying(lambda: _cached(API_URL, method, args, tuple(sorted(kwargs.items())))))
+    return numbers(_cached(API_URL, method, args, tuple(sorted(kwargs.items()))))
+
+
+def busy_wait(exc: ServerBusy) -> float:
+    """Seconds to wait before asking a busy API again: its Retry-After, at least 0.5, at most BUSY_WAIT_MAX_S."""
+    return min(max(exc.retry_after, 0.5), BUSY_WAIT_MAX_S)
 
 
 def error_text(exc: ApiError) -> str:
@@ -108,8 +102,8 @@ def error_text(exc: ApiError) -> str:
         return (f"The AAH API is not reachable at {API_URL} ({detail}). Start it with `make demo` "
                 "or `python -m uvicorn backend.app:app`, or point AAH_API_URL at it.")
     if isinstance(exc, ServerBusy):
-        return (f"The API is busy ({detail}) and still was after {BUSY_RETRIES} retries; "
-                "try again in a few seconds.")
+        return (f"The API is busy ({detail}); asking again in {busy_wait(exc):.0f} s. "
+                "What you changed is kept.")
     if exc.status == 401:
         return f"The API refused the request (401: {detail}). Set AAH_API_TOKEN for the dashboard."
     return f"The API refused the request ({exc.status}: {detail})"
@@ -123,6 +117,11 @@ def guard(what: str = "", stop: bool = False) -> Iterator[None]:
         yield
     except ApiError as exc:
         logger.info("API call failed%s: %s", f" ({what})" if what else "", exc)
-        st.error((f"{user_text.md(what)}: " if what else "") + error_text(exc), icon="⚠️")
+        line = (f"{user_text.md(what)}: " if what else "") + error_text(exc)
+        if isinstance(exc, ServerBusy):
+            st.warning(line, icon="⏳")
+            rerun_timer.rerun_after(busy_wait(exc))
+        else:
+            st.error(line, icon="⚠️")
         if stop:
             st.stop()

@@ -17,6 +17,15 @@ def _smallest(buckets: Sequence[Window]) -> int | None:
     return min(ints)[1] if ints else None
 
 
+def held_out_clause(sweep: dict) -> str:
+    """The sweep's pick checked on a set it was not picked on (GET /sensitivity's `pick`), or ""."""
+    pick = sweep.get("pick") or {}
+    if pick.get("held_out_delta") is None:
+        return ""
+    return (f" That head was picked on {sweep['eval_set']}; on held-out {sweep['held_out']} the same edit "
+            f"changes the loss by {pick['held_out_delta']:+.3f} nats.")
+
+
 def from_sensitivity(delta: Sequence[Sequence[Sequence[float | None]]], buckets: Sequence[Window]) -> str | None:
     """The sentence from the sensitivity sweep: the head whose loss rises most when it alone is shrunk
     to the smallest window, against the head that minds it least. None when there is nothing to say."""

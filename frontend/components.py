@@ -177,8 +177,9 @@ def click_figure(fig: go.Figure, name: str, on_click: Callable[[], None]) -> Non
     show_figure(fig, name, on_select=on_click, selection_mode="points")
 
 
-def metric_badges(result: dict) -> None:
-    """Loss, Δloss (nats and %), perplexity and the coverage metrics of one evaluation."""
+def metric_badges(result: dict, kv_note: str | None = None) -> None:
+    """Loss, Δloss (nats and %), perplexity and the coverage metrics of one evaluation; `kv_note` (why
+    the KV cache did not shrink, figures.kv_group_note) under the cost line."""
     cols = st.columns(5)
     cols[0].metric("loss (nats)", f"{result['loss']:.4f}", help="mean next-token loss on the eval batch")
     pct = result["delta_pct"]
@@ -189,6 +190,8 @@ def metric_badges(result: dict) -> None:
     cols[4].metric("causal_coverage", f"{result['causal_coverage']:.3f}",
                    help="attended (query, key) pairs / full causal pairs")
     st.markdown(f"**{figures.cost_summary(result)}** · at context {result['context']} (exact; one sequence)")
+    if kv_note:
+        st.caption(kv_note)
     cached = " (served from cache)" if result.get("cached") else ""
     plan = plans.encode_plan(result["windows"]) if result.get("windows") else "?"
     st.caption(f"server time {result.get('elapsed_ms', float('nan')):.0f} ms{cached} · "

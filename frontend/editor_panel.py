@@ -7,7 +7,7 @@ from typing import Any
 
 import streamlit as st
 
-from frontend import api, components, figures, history, plans, serving_panel, views
+from frontend import api, components, figures, head_editor, history, plans, serving_panel, views
 
 PAGE = "editor"
 EVAL_SETS = ("mixed", "text", "english", "copy")  # the API's EvalSet; english: the bundled English text
@@ -35,47 +35,25 @@ def commit(hist: history.PlanHistory, plan: list) -> None:
     hist.push(plans.normalize_plan(plan))
 
 
-# The cell, typed and table widgets are keyed by the history's version, so each plan gets fresh ones.
-# A widget of an earlier version is ignored: when two reruns overlap (a click while another rerun is
-# under way), the second request carries every widget the browser still shows, old ones included, and
-# their replayed values are not edits of this plan (a replayed typed 256 once reset a head to full).
+def _on_table(hist: history.PlanHistory, tkey: str) -> None:
+    """The table's edits, each a "set this cell" applied to the current plan."""
+    commit(hist, plans.apply_table_edits(hist.current, (st.session_state.get(tkey) or {}).get("edited_rows", {})))
 
 
-def _on_cell(hist: history.PlanHistory, wkey: str, version: int, layer: int, head: int) -> None:
-    label = st.session_state.get(wkey)
-    if label is not None and version == hist.version:
-        commit(hist, plans.set_cell(hist.current, layer, head, plans.parse_window(label)))
-
-
-def _on_typed(hist: history.PlanHistory, tkey: str, version: int, layer: int, head: int, seq_len: int) -> None:
-    """A typed window (any integer; the model's context or more is full)."""
-    w = st.session_state.get(tkey)
-    if w is not None and version == hist.version:
-        hist.push(plans.normalize_plan(plans.set_cell(hist.current, layer, head, int(w)), seq_len))
-
-
-def _on_table(hist: history.PlanHistory, tkey: str, version: int) -> None:
-    if version == hist.version:
-        commit(hist, plans.apply_table_edits(hist.current, (st.session_state.get(tkey) or {}).get("edited_rows", {})))
-
-
-def cell_editor(model: dict, hist: history.PlanHistory) -> None:
-    """Pick a head (or click it in the grid) and choose its window."""
+def check_head(model: dict) -> None:
+    """The bound layer and head are the model's (a link's bad ones are reported, then replaced)."""
     n_layer, n_head = model["n_layer"], model["n_head"]
     components.ensure_option(PAGE, "layer", list(range(n_layer)), f"this model has layers 0-{n_layer - 1}")
     components.ensure_option(PAGE, "head", list(range(n_head)), f"this model has heads 0-{n_head - 1}")
-    c1, c2, c3, c4 = st.columns([1, 1, 5, 1.4])
-    layer = c1.selectbox("Layer", list(range(n_layer)), key=components.key(PAGE, "layer"))
-    head = c2.selectbox("Head", list(range(n_head)), key=components.key(PAGE, "head"))
-    current = plans.window_label(hist.current[layer][head])
-    wkey = f"editor._cell.{hist.version}.{layer}.{head}"
-    c3.pills(f"Window of layer {layer}, head {head}", labels(model, hist.current), default=current,
-             key=wkey, on_change=_on_cell, args=(hist, wkey, hist.version, layer, head))
-    seq_len = model["seq_len"]
-    tkey = f"editor._typed.{hist.version}.{layer}.{head}"
-    c4.number_input(f"or type a window (1-{seq_len})", 1, seq_len, hist.current[layer][head] or seq_len, 1,
-                    key=tkey, on_change=_on_typed, args=(hist, tkey, hist.version, layer, head, seq_len),
-                    help=f"any whole number of keys, not only the model's buckets; {seq_len} (the context) is full")
+
+
+def cell_editor(model: dict, own: list, hist: history.PlanHistory, kv_group: int = 1) -> None:
+    """The window map, the picked head's window pills and a typed window (frontend/head_editor.py):
+    one browser-side component, so a pill always edits the head it is shown for. `kv_group`: query
+    heads per KV head (grouped-query attention), drawn on the map."""
+    lkey, hkey = components.key(PAGE, "layer"), components.key(PAGE, "head")
+    head_editor.head_editor(model, hist, own, labels(model, hist.current),
+                            (st.session_state[lkey], st.session_state[hkey]), lkey, hkey, kv_group)
 
 
 def _on_bulk(hist: history.PlanHistory, what: str) -> None:
@@ -117,6 +95,9 @@ def preset_editor(model: dict, own: list, hist: history.PlanHistory, metric: str
             plan = preset_plan(choice, model, own, metric, params)
             if plan is not None:
                 commit(hist, plan)
+    note = st.session_state.get(f"editor._allocated.{model['id']}")
+    if note:
+        st.caption(note)
 
 
 def preset_plan(choice: str, model: dict, own: list, metric: str, params: dict) -> list | None:
@@ -133,11 +114,21 @@ def preset_plan(choice: str, model: dict, own: list, metric: str, params: dict) 
         with st.spinner(f"Allocating windows at {metric} ≤ {params['budget']:.2f} (the server evaluates candidates)..."):
             res = api.call("allocate", model["id"], float(params["budget"]), metric=metric, eval_set=_eval_set())
         st.session_state[_curve_key(model["id"], metric)] = res.get("curve", [])
+        st.session_state[f"editor._allocated.{model['id']}"] = allocation_note(res)
         return res["windows"]
     if model.get("run_id") is None:
         st.warning("This model has no training run in the store, so there is no controller plan to load.")
         return None
     return api.call("run_windows", model["run_id"])["windows"]
+
+
+def allocation_note(res: dict) -> str:
+    """Both numbers of an allocation: Δloss on the set it chose on (in-sample) and on the held-out set."""
+    chosen = f"Δloss {res['loss'] - res['baseline_loss']:+.4f} on {res['eval_set']}, where it was chosen (in-sample)"
+    if res.get("held_out_loss") is None:
+        return f"Allocated plan: {chosen}; this model has no held-out set to check it on."
+    held = res["held_out_loss"] - res["held_out_baseline_loss"]
+    return f"Allocated plan: {chosen} · Δloss {held:+.4f} on held-out {res['held_out']} (not used to choose)."
 
 
 def _eval_set() -> str:
@@ -160,13 +151,6 @@ def history_buttons(hist: history.PlanHistory) -> None:
     c4.caption(f"{n} head(s) differ from the model's own plan · step {hist.pos} of {len(hist.stack) - 1}")
 
 
-def grid(model: dict, hist: history.PlanHistory, layer: int, head: int) -> None:
-    st.caption("Window map: click a cell to pick that head · black: picked · red outline: changed vs own plan")
-    fig = figures.window_grid_figure(hist.current, selected=(layer, head),
-                                     changed=plans.changed_cells(hist.base, hist.current), clickable=True)
-    components.head_grid(fig, PAGE, f"editor._grid.{hist.version}")
-
-
 def table_editor(model: dict, hist: history.PlanHistory) -> None:
     import pandas as pd
 
@@ -174,9 +158,11 @@ def table_editor(model: dict, hist: history.PlanHistory) -> None:
     df = pd.DataFrame([[plans.window_label(w) for w in row] for row in hist.current],
                       columns=[f"H{h}" for h in range(model["n_head"])],
                       index=[f"L{l}" for l in range(model["n_layer"])])
-    tkey = f"editor._table.{hist.version}"
+    # keyed by the plan it shows (what its edits are relative to): a new plan gets a fresh table, and a
+    # replayed value of an earlier table belongs to a key that no longer exists, so it edits nothing
+    tkey = f"editor._table.{model['id']}.{plans.encode_plan(hist.current)}"
     cols = {c: st.column_config.SelectboxColumn(c, options=opts, required=True) for c in df.columns}
-    st.data_editor(df, key=tkey, column_config=cols, on_change=_on_table, args=(hist, tkey, hist.version))
+    st.data_editor(df, key=tkey, column_config=cols, on_change=_on_table, args=(hist, tkey))
 
 
 def live_plot(model: dict, own_info: dict, result: dict, metric: str) -> None:

@@ -11,6 +11,8 @@ from datetime import datetime, timezone
 
 import plotly.graph_objects as go
 
+from frontend.figures import exportable
+
 logger = logging.getLogger(__name__)
 
 
@@ -52,6 +54,17 @@ def _slide_grid(n: int) -> tuple[int, int]:
     return cols, max(1, -(-n // cols))
 
 
+SCREEN_PX = 1100  # the screen a slide must fit (issue 23)
+SLIDE_CHROME_PX = 330  # room for Present's title, slide buttons and header (an allowance, not measured)
+LINE_PX = 34  # one line of text under the slide's header
+
+
+def slide_figure_height(n_figures: int, n_lines: int) -> int:
+    """Each figure's height on Present so that the slide's figures (two per row) and lines fit SCREEN_PX."""
+    _, rows = _slide_grid(n_figures)
+    return max(180, (SCREEN_PX - SLIDE_CHROME_PX - LINE_PX * n_lines) // rows - 16)
+
+
 def html_document(title: str, sections: list[Section], *, slides: bool = False, source: str = "") -> str:
     """The whole export as one HTML string. plotly.js is embedded in the first figure only."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -72,6 +85,7 @@ def html_document(title: str, sections: list[Section], *, slides: bool = False, 
             parts.append(f"<div class='figs' style='grid-template-columns:repeat({cols},1fr);"
                          f"grid-template-rows:repeat({rows},1fr)'>")
         for fig in sec.figures.values():
+            fig = exportable(fig)
             if slides:
                 fig = go.Figure(fig).update_layout(height=None, width=None, autosize=True)
             parts.append(fig.to_html(full_html=False, include_plotlyjs=True if first else False,

@@ -12,6 +12,8 @@ from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
 from frontend import user_text
@@ -32,9 +34,32 @@ def coverage_label(metric: str) -> str:
     return COVERAGE_LABELS.get(metric, metric)
 
 
+# Legends go below the plot, in rows that wrap: a vertical legend at the right took a 1400 px Compare
+# chart down to a 64 px plot (issue 23). Plotly grows the bottom margin to fit it.
+LEGEND_BELOW = dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0)
+
+
+# Every figure names its own template: with streamlit imported, Plotly's default template is
+# Streamlit's, whose colourway is placeholders (#000001, ...) that only the dashboard's browser code
+# replaces, so an exported deck drew them as near-black/grey (issue 23). Page and deck now draw the
+# same colours.
+TEMPLATE = go.layout.Template(pio.templates["plotly_white"])
+TEMPLATE.layout.colorway = PALETTE
+
+
+def exportable(fig: go.Figure) -> go.Figure:
+    """`fig` with TEMPLATE when it still carries Streamlit's placeholder colourway (a figure built
+    outside `layout`), so it draws the same colours outside the dashboard."""
+    colorway = fig.layout.template.layout.colorway or ()
+    if colorway and str(colorway[0]).lower() == "#000001":
+        fig = go.Figure(fig).update_layout(template=TEMPLATE)
+    return fig
+
+
 def layout(fig: go.Figure, title: str | None, height: int | None = None, left: int = 50, **kw) -> go.Figure:
-    fig.update_layout(title=title, margin=dict(l=left, r=20, t=50 if title else 20, b=40),
-                      uirevision="keep", height=height, **kw)
+    fig.update_layout(title=title, margin=dict(l=left, r=20, t=50 if title else 20, b=40), template=TEMPLATE,
+                      uirevision="keep", height=height, legend=LEGEND_BELOW)
+    fig.update_layout(**kw)
     return fig
 
 
@@ -45,9 +70,23 @@ FULL_Z = WINDOW_LOG2_MAX + 1  # full causal attention: the top colour, one step 
 WINDOW_TICKS = list(range(0, WINDOW_LOG2_MAX + 1, 2)) + [FULL_Z]
 
 
-def window_z(w: Window) -> float:
-    """A window's position on the fixed colour scale: log2(w) clipped to [0, WINDOW_LOG2_MAX], full on top."""
+def window_z(w: Window, seq_len: int | None = None) -> float:
+    """A window's position on the colour scale: log2(w) clipped to [0, WINDOW_LOG2_MAX], full on top.
+    For a model of context `seq_len`, the scale is the model's own: 1 .. T, where a window of T keys or
+    more is full (the top), so a T=256 model's colour bar does not run to 16384."""
+    if seq_len is not None:
+        top = math.log2(max(seq_len, 2))
+        return top if w is None else min(math.log2(max(int(w), 1)), top)
     return float(FULL_Z) if w is None else min(math.log2(max(int(w), 1)), float(WINDOW_LOG2_MAX))
+
+
+def _window_scale(seq_len: int | None) -> tuple[float, list[float], list[str]]:
+    """(zmax, tick positions, tick labels) of the window colour bar, for a model's context or the fixed scale."""
+    if seq_len is None:
+        return FULL_Z, list(WINDOW_TICKS), [FULL if z == FULL_Z else str(2 ** z) for z in WINDOW_TICKS]
+    top = window_z(None, seq_len)
+    ticks = [float(z) for z in range(0, math.ceil(top), 2 if top > 8 else 1) if z < top]
+    return top, ticks + [top], [str(2 ** int(z)) for z in ticks] + [f"{FULL} (≥{seq_len})"]
 
 
 def _cell_rect(row: int, col: int, xref: str = "x", yref: str = "y", color: str = "#ff2d55",
@@ -56,15 +95,15 @@ def _cell_rect(row: int, col: int, xref: str = "x", yref: str = "y", color: str 
                 line=dict(color=color, width=width), fillcolor="rgba(0,0,0,0)")
 
 
-def _grid_trace(plan: Plan, show_scale: bool = True, hover_prefix: str = "") -> go.Heatmap:
+def _grid_trace(plan: Plan, show_scale: bool = True, hover_prefix: str = "", seq_len: int | None = None) -> go.Heatmap:
     n_layer, n_head = len(plan), len(plan[0])
-    z = [[window_z(w) for w in row] for row in plan]
+    z = [[window_z(w, seq_len) for w in row] for row in plan]
     text = [[window_label(w) for w in row] for row in plan]
+    zmax, ticks, labels = _window_scale(seq_len)
     return go.Heatmap(
         z=z, x=list(range(n_head)), y=list(range(n_layer)), text=text, texttemplate="%{text}",
-        colorscale=GRID_SCALE, zmin=0, zmax=FULL_Z, xgap=2, ygap=2, showscale=show_scale,
-        colorbar=dict(title="window (log₂)", tickvals=WINDOW_TICKS,
-                      ticktext=[FULL if z == FULL_Z else str(2 ** z) for z in WINDOW_TICKS]),
+        colorscale=GRID_SCALE, zmin=0, zmax=zmax, xgap=2, ygap=2, showscale=show_scale,
+        colorbar=dict(title="window (log₂)", tickvals=ticks, ticktext=labels),
         hovertemplate=hover_prefix + "layer %{y}, head %{x}<br>window %{text}<extra></extra>",
     )
 
@@ -78,13 +117,13 @@ def _grid_axes(fig: go.Figure, n_layer: int, n_head: int, row: int | None = None
 
 def window_grid_figure(plan: Plan, *, changed: list[list[bool]] | None = None,
                        selected: tuple[int, int] | None = None, title: str | None = None,
-                       clickable: bool = False) -> go.Figure:
-    """The layer x head window map: one cell per head coloured by its window on the fixed log scale
-    (`window_z`, full = the top colour),
+                       clickable: bool = False, seq_len: int | None = None) -> go.Figure:
+    """The layer x head window map: one cell per head coloured by its window on the log scale
+    (`window_z`, full = the top colour; with `seq_len`, the model's own 1 .. T),
     layer 0 on top. `changed` cells are outlined in red, the `selected` cell in black. With `clickable`,
     an invisible marker sits on every cell: Plotly reports clicks on points, not on heatmap cells."""
     n_layer, n_head = len(plan), len(plan[0])
-    fig = go.Figure(_grid_trace(plan))
+    fig = go.Figure(_grid_trace(plan, seq_len=seq_len))
     if clickable:
         cells = [(l, h) for l in range(n_layer) for h in range(n_head)]
         fig.data[0].hoverinfo = "skip"
@@ -226,6 +265,25 @@ def cost_summary(result: dict) -> str:
     return f"KV cache {kv:.1f} % of full · attention pairs {pairs:.1f} % of full"
 
 
+def kv_group_note(plan: Plan, own: Plan, n_kv_head: int) -> str | None:
+    """Why edits leave the KV cache as it was, for grouped-query attention: the edited heads whose window
+    is below the widest of their KV group (a KV head keeps its group's widest window, so narrowing one
+    query head saves no memory). None when there are none, or every query head has its own KV head."""
+    n_head = len(plan[0])
+    if n_kv_head >= n_head:
+        return None
+    g = n_head // n_kv_head
+    wide = lambda w: math.inf if w is None else w  # noqa: E731 (full is the widest)
+    wasted = [f"L{l}H{h}" for l, row in enumerate(plan) for h, w in enumerate(row)
+              if w != own[l][h] and wide(w) < max(wide(x) for x in row[h // g * g:(h // g + 1) * g])]
+    if not wasted:
+        return None
+    return (f"{', '.join(wasted[:4])}{' and others' if len(wasted) > 4 else ''}: this edit cannot shrink the KV "
+            f"cache: {g} query heads share each KV head (the grey bars on the window map), and a KV head keeps "
+            "the widest window of its group, so the group's other heads still need it. Shrink the whole group "
+            "to save memory.")
+
+
 def cache_growth_figure(series: dict[str, tuple[Sequence[int], Sequence[int]]],
                         full: tuple[Sequence[int], Sequence[int]] | None = None) -> go.Figure:
     """KV-cache bytes held against the context as tokens are generated, one line per plan; `full` (the
@@ -298,8 +356,14 @@ def add_nonfinite_markers(fig: go.Figure, points: dict[str, NonFinitePoints], co
     return fig
 
 
+def axis_title(keys: Sequence[str]) -> str:
+    """A y axis title that names what is plotted ("val_loss · train_loss"), never a bare "value"."""
+    keys = list(dict.fromkeys(keys))
+    return " · ".join(keys[:3]) + (f" (+{len(keys) - 3} more)" if len(keys) > 3 else "")
+
+
 def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float | None]]], smoothing: float,
-                         *, y_title: str = "value", title: str | None = None,
+                         *, y_title: str | None = None, title: str | None = None,
                          y_range: tuple[float, float] | None = None,
                          nonfinite: dict[str, NonFinitePoints] | None = None) -> go.Figure:
     """Curves by step, each drawn raw (line and points: the last point is the stored last value).
@@ -324,7 +388,7 @@ def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float |
                                      mode="lines", line=dict(color=color, width=2.5), legendgroup=name,
                                      connectgaps=True, hovertemplate="%{y:.4g} (smoothed)<extra></extra>"))
     fig.update_xaxes(title="step")
-    fig.update_yaxes(title=user_text.svg(y_title), range=list(y_range) if y_range else None)
+    fig.update_yaxes(title=user_text.svg(y_title or axis_title(list(series))), range=list(y_range) if y_range else None)
     add_nonfinite_markers(fig, nonfinite or {}, colors)
     return layout(fig, title and user_text.svg(title), height=360)
 
@@ -332,10 +396,13 @@ def metric_curves_figure(series: dict[str, tuple[Sequence[int], Sequence[float |
 def window_fraction_figure(series: dict[str, tuple[Sequence[int], Sequence[float | None]]]) -> go.Figure:
     """Stacked areas of the share of heads at each window over training (keys `window_frac/<bucket>`)."""
     fig = go.Figure()
-    for label in sorted(series, key=lambda label: window_order(parse_window(label))):
+    labels = sorted(series, key=lambda label: window_order(parse_window(label)))
+    # each window in its colour on the window maps' scale, so an area and a map cell agree
+    colors = sample_colorscale(GRID_SCALE, [window_z(parse_window(b)) / FULL_Z for b in labels])
+    for label, color in zip(labels, colors):
         steps, values = series[label]
         fig.add_trace(go.Scatter(x=list(steps), y=finite(values), mode="lines", stackgroup="frac",
-                                 name=f"window {label}", line=dict(width=0.5)))
+                                 name=f"window {label}", line=dict(width=0.5, color=color), fillcolor=color))
     fig.update_xaxes(title="step")
     fig.update_yaxes(title="share of heads", range=[0, 1])
     return layout(fig, "window fractions over training", height=340)

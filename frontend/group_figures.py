@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from frontend import user_text
-from frontend.figures import PALETTE, add_nonfinite_markers, finite, layout, nonfinite_points
+from frontend.figures import DENSE_POINTS, PALETTE, add_nonfinite_markers, ema, finite, layout, nonfinite_points
 
 BANDS = {"std": "mean ± 1 std", "minmax": "mean, min–max"}
 
@@ -32,42 +32,58 @@ def band_edges(curve: Mapping[str, Sequence[Any]], band: str) -> tuple[list, lis
     return lo, hi
 
 
+def _smoothed(values: Sequence[Any], smoothing: float) -> list:
+    """EMA of a dense series (as metric_curves_figure: >= DENSE_POINTS points); sparse ones stay raw."""
+    return ema(list(values), smoothing) if smoothing > 0 and len(values) >= DENSE_POINTS else list(values)
+
+
 def group_band_figure(curves: Mapping[str, Mapping[str, Sequence[Any]]], band: str = "std", *,
                       title: str | None = None, y_title: str = "value",
                       overlay: Mapping[str, tuple[Sequence[int], Sequence[float | None]]] | None = None,
+                      overlay_of: Mapping[str, str] | None = None, smoothing: float = 0.0,
                       y_range: tuple[float, float] | None = None) -> go.Figure:
     """Each group's mean (line) with its band shaded (`band`: "std" or "minmax"), named with the number
-    of runs; `overlay` adds single runs as thin dashed lines (e.g. the run whose group this is). Each
-    run's NaN and inf points (which the mean leaves out) are marked in the group's colour."""
+    of runs; `overlay` adds single runs as dotted lines, each in the colour of the curve `overlay_of`
+    names for it (e.g. this run's val_loss in the colour of its group's val_loss). Every band is drawn
+    before every line, so no band hides a line. With `smoothing`, dense series (mean, band edges,
+    overlays) are drawn as their EMA, as the page's other curves. Each run's NaN and inf points (which
+    the mean leaves out) are marked in the group's colour."""
     if band not in BANDS:
         raise ValueError(f"band must be one of {sorted(BANDS)}; got {band!r}")
     fig = go.Figure()
+    colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(curves)}
     marks: dict[str, list] = {}
-    colors: dict[str, str] = {}
-    for i, (name, curve) in enumerate(curves.items()):
-        color = PALETTE[i % len(PALETTE)]
+    mark_colors: dict[str, str] = {}
+    ema_note = f", EMA {smoothing:g}" if smoothing > 0 else ""
+    for name, curve in curves.items():
         for run_id, listed in (curve.get("nonfinite") or {}).items():
             label = f"{name} · run #{run_id}"
-            marks[label], colors[label] = nonfinite_points({"nonfinite": listed}), color
+            marks[label], mark_colors[label] = nonfinite_points({"nonfinite": listed}), colors[name]
         steps = list(curve["step"])
-        lo, hi = band_edges(curve, band)
-        n = max(curve.get("n") or [0])
-        label = f"{user_text.svg(name)} ({BANDS[band]}, n={n})"
+        lo, hi = (_smoothed(edge, smoothing) for edge in band_edges(curve, band))
         fig.add_trace(go.Scatter(x=steps, y=hi, mode="lines", line=dict(width=0), showlegend=False,
                                  legendgroup=name, hoverinfo="skip", connectgaps=False))
         fig.add_trace(go.Scatter(x=steps, y=lo, mode="lines", line=dict(width=0), fill="tonexty",
-                                 fillcolor=_rgba(color, 0.22), name=f"{user_text.svg(name)} band", legendgroup=name,
+                                 fillcolor=_rgba(colors[name], 0.22), name=f"{user_text.svg(name)} band",
+                                 legendgroup=name,
                                  showlegend=False, hoverinfo="skip", connectgaps=False))
-        fig.add_trace(go.Scatter(x=steps, y=list(curve["mean"]), mode="lines", name=label, legendgroup=name,
-                                 line=dict(color=color, width=2.5), customdata=list(curve.get("n") or []),
+    for name, curve in curves.items():
+        n = max(curve.get("n") or [0])
+        dense = smoothing > 0 and len(curve["step"]) >= DENSE_POINTS
+        fig.add_trace(go.Scatter(x=list(curve["step"]), y=_smoothed(curve["mean"], smoothing), mode="lines",
+                                 name=f"{user_text.svg(name)} ({BANDS[band]}{ema_note if dense else ''}, n={n})",
+                                 legendgroup=name,
+                                 line=dict(color=colors[name], width=2.5), customdata=list(curve.get("n") or []),
                                  hovertemplate="step %{x}: mean %{y:.4g} over %{customdata} runs<extra></extra>"))
     for name, (steps, values) in (overlay or {}).items():
-        fig.add_trace(go.Scatter(x=list(steps), y=finite(values), mode="lines", name=user_text.svg(name),
-                                 connectgaps=True,
-                                 line=dict(color="#333333", width=1, dash="dot")))
+        dense = smoothing > 0 and len(steps) >= DENSE_POINTS
+        color = colors.get((overlay_of or {}).get(name, ""), "#333333")
+        fig.add_trace(go.Scatter(x=list(steps), y=_smoothed(finite(values), smoothing), mode="lines",
+                                 name=user_text.svg(name) + (f" (EMA {smoothing:g})" if dense else ""),
+                                 connectgaps=True, line=dict(color=color, width=1.5, dash="dot")))
     fig.update_xaxes(title="step")
     fig.update_yaxes(title=user_text.svg(y_title), range=list(y_range) if y_range else None)
-    add_nonfinite_markers(fig, marks, colors)
+    add_nonfinite_markers(fig, marks, mark_colors)
     return layout(fig, title and user_text.svg(title), height=380)
 
 

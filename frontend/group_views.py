@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from frontend import api, group_figures, groups
 from frontend.comparable import run_family
 from frontend.export import Section
-from frontend.figures import coverage_label
+from frontend.figures import axis_title, coverage_label
 
 CURVE_POINTS = 2000
 PAPER_LABEL = "paper · Table 1 (1b model, T=4096, step 10000) · one seed, no error bar"
@@ -38,19 +38,24 @@ def group_curve_figures(chosen: list[dict], keys: list[str], band: str, runs_by_
             for (key, fam), curves in per_key.items()}
 
 
-def run_group_figure(run: dict, keys: list[str], band: str, run_series: dict[str, tuple[list, list]]
-                     ) -> go.Figure | None:
-    """The run's group (other seeds of its setting) as mean and band per key, with this run dotted."""
+def run_group_figure(run: dict, keys: list[str], band: str, run_series: dict[str, tuple[list, list]],
+                     smoothing: float = 0.0) -> go.Figure | None:
+    """The run's group (other seeds of its setting) as mean and band per key, with this run dotted in
+    its key's colour; `smoothing` as the page's EMA slider."""
     if not run.get("group"):
         return None
     data = api.call("group_series", run["experiment"], run["group"], keys=keys, max_points=CURVE_POINTS)
     if len(data["run_ids"]) < 2:
         return None
-    curves = {f"{k} · group {run['group']}": data["series"][k] for k in keys if k in data["series"]}
-    overlay = {f"{k} · this run (#{run['id']}, seed {run.get('seed')})": run_series[k] for k in keys if k in run_series}
+    curve_name = {k: f"{k} · group {run['group']}" for k in keys if k in data["series"]}
+    curves = {curve_name[k]: data["series"][k] for k in curve_name}
+    run_name = {k: f"{k} · this run (#{run['id']}, seed {run.get('seed')})" for k in keys if k in run_series}
+    overlay = {run_name[k]: run_series[k] for k in run_name}
     if not curves:
         return None
-    return group_figures.group_band_figure(curves, band, overlay=overlay, y_title="value",
+    return group_figures.group_band_figure(curves, band, overlay=overlay, smoothing=smoothing,
+                                           y_title=axis_title(list(curve_name)),
+                                           overlay_of={run_name[k]: curve_name[k] for k in run_name if k in curve_name},
                                            title=f"group {run['group']}: {len(data['run_ids'])} runs (seeds "
                                                  f"{', '.join(str(s) for s in data['seeds'])}) · {group_figures.BANDS[band]}")
 

@@ -9,12 +9,11 @@ from frontend.plans import Plan
 
 @dataclass
 class PlanHistory:
-    """Undo/redo over plans. `version` increases on every change (used to key editor widgets)."""
+    """Undo/redo over plans."""
 
     base: Plan
     stack: list[Plan] = field(default_factory=list)
     pos: int = 0
-    version: int = 0
 
     def __post_init__(self) -> None:
         if not self.stack:
@@ -38,19 +37,16 @@ class PlanHistory:
             return False
         self.stack = self.stack[: self.pos + 1] + [plan]
         self.pos += 1
-        self.version += 1
         return True
 
     def undo(self) -> Plan:
         if self.can_undo:
             self.pos -= 1
-            self.version += 1
         return self.current
 
     def redo(self) -> Plan:
         if self.can_redo:
             self.pos += 1
-            self.version += 1
         return self.current
 
     def reset(self) -> Plan:

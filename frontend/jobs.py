@@ -2,7 +2,11 @@
 and a polling fragment that shows their progress (with where each runs, the engine's job id, why a
 queued one waits, and the tail of its log) and reruns the whole page once any job's status changes (a
 job ends, starts or appears), so tables and run pickers never keep a stale status; and the target
-picker with the resources of the launch form."""
+picker with the resources of the launch form.
+
+It polls only while a job is live: with nothing scheduled or running there is no timer (a rerun every
+second would meet the user's clicks for nothing), and a "Check for jobs" button looks once for jobs
+started elsewhere (the CLI, another tab); a job launched from this page redraws it anyway."""
 
 from __future__ import annotations
 
@@ -84,12 +88,18 @@ def ended_lines(before: Mapping[int, str], runs: Sequence[Mapping]) -> dict[int,
     return out
 
 
-@st.fragment(run_every=1.0)
+POLL_S = 1.0
+
+
 def watch(baseline: dict[int, str], show: bool = True, cancel: bool = True, show_logs: bool = True) -> None:
-    """Poll the jobs every second. With `show`, draw each active job's progress, where it runs and why it
-    waits (and a cancel button with `cancel`, the tail of its log with `show_logs`) and the jobs that ended
-    while this page was open. When the active jobs differ from `baseline` (the snapshot the page drew
-    with), rerun the whole page."""
+    """While `baseline` (the snapshot the page drew with) has live jobs, poll them every POLL_S; else no
+    timer. With `show`, draw each active job's progress, where it runs and why it waits (and a cancel
+    button with `cancel`, the tail of its log with `show_logs`) and the jobs that ended while this page
+    was open. When the active jobs differ from `baseline`, rerun the whole page."""
+    st.fragment(_watch, run_every=POLL_S if baseline else None)(baseline, show, cancel, show_logs)
+
+
+def _watch(baseline: dict[int, str], show: bool, cancel: bool, show_logs: bool) -> None:
     with api.guard("watching jobs"):
         runs = api.call("runs", limit=500)
         now = signature(runs)
@@ -103,7 +113,9 @@ def watch(baseline: dict[int, str], show: bool = True, cancel: bool = True, show
         if active:
             st.subheader("Jobs in progress")
         else:
-            st.caption("No job is running.")
+            c1, c2 = st.columns([4, 1])
+            c1.caption("No job is running.")
+            c2.button("Check for jobs", key="jobs._check", help="look once for jobs started elsewhere (CLI, API)")
         for r in active:
             frac, text = progress_text(r)
             c1, c2, c3 = st.columns([4, 1, 1])

@@ -89,3 +89,15 @@ def params_frame(run: Mapping[str, Any]) -> pd.DataFrame:
 def parse_tags(text: str) -> list[str]:
     """"a, b ,, a" -> ["a", "b"]: comma-separated, trimmed, empties and repeats dropped (the API checks the rest)."""
     return list(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+
+
+# One number format per metric, for the dashboard's table and its export alike (issue 23: mixed decimals).
+METRIC_DECIMALS = {"val_loss": 4, "acr": 3, "causal_coverage": 3}
+
+
+def metric_text(column: str, value: Any) -> str:
+    """A table cell as text: a metric with its fixed decimals, a missing value as "", others as str."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    digits = METRIC_DECIMALS.get(column)
+    return f"{float(value):.{digits}f}" if digits is not None and isinstance(value, (int, float)) else str(value)

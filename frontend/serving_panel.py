@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from frontend import api, components, history
+from frontend import api, components, history, plans
 
 GRAINS = ("head", "kv_group", "layer", "transformers")
 MODES = ("up", "budget")
@@ -54,7 +54,7 @@ def serving_table(model: dict, hist: history.PlanHistory, eval_set: str,
                 cols = st.columns(widths)
                 for col, value in zip(cols, row.values()):
                     col.write(value)
-                cols[-1].button("Load", key=f"editor._load.{r['granularity']}.{r['mode']}.{hist.version}",
+                cols[-1].button("Load", key=f"editor._load.{r['granularity']}.{r['mode']}.{plans.encode_plan(r['windows'])}",
                                 help=f"{MODE_HELP[r['mode']]}. {r['note']}", on_click=load,
                                 args=(hist, r["windows"]), disabled=r["windows"] == hist.current)
             st.caption("Δloss: against this plan's loss. KV bytes at the model's context, one sequence (as the "

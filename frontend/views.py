@@ -75,7 +75,7 @@ def editor_section(state: dict) -> Section:
     plan, own, _ = plan_for(model, state["plan"])
     result = evaluate(model["id"], plan, state["eval"])
     figs: dict[str, go.Figure] = {
-        "grid": figures.window_grid_figure(plan, changed=plans.changed_cells(own, plan),
+        "grid": figures.window_grid_figure(plan, changed=plans.changed_cells(own, plan), seq_len=model["seq_len"],
                                            title="window plan (red outline: changed vs the model's own plan)")}
     if result.get("per_token"):
         figs["tokens"] = figures.token_delta_figure(result["per_token"]["tokens"], result["per_token"]["delta"])
@@ -191,8 +191,8 @@ def acr_figures(run_id: int, keys: list[str], smoothing: float, min_step: int | 
     figs: dict[str, go.Figure] = {}
     chosen = {k: series[k] for k in keys if k in series}
     if chosen:
-        figs["metrics"] = figures.metric_curves_figure(chosen, smoothing, y_title="value", title="metrics by step",
-                                                 nonfinite={k: marks[k] for k in chosen})
+        figs["metrics"] = figures.metric_curves_figure(chosen, smoothing, title="metrics by step",
+                                                       nonfinite={k: marks[k] for k in chosen})
     cov = {k: series[k] for k in COVERAGE_KEYS if k in series}
     if cov:
         figs["coverage"] = figures.metric_curves_figure(cov, 0.0, y_title="coverage (acr, causal_coverage, tile)",
@@ -204,8 +204,21 @@ def acr_figures(run_id: int, keys: list[str], smoothing: float, min_step: int | 
     return run, figs
 
 
+def acr_group_figure(run: dict, state: dict) -> go.Figure | None:
+    """The run's group drawn as the ACR page's band control asks (None: no band chosen, no group, or
+    no other run with these metrics); the page and its saved view (slide, deck) draw this same figure."""
+    if not (run.get("group") and state.get("band")):
+        return None
+    keys = state["keys"] or ["val_loss"]
+    own = split_series(api.call("run_metrics", run["id"], keys=keys, max_points=CURVE_POINTS)["series"])
+    return group_views.run_group_figure(run, keys, state["band"], own, state["smooth"])
+
+
 def acr_section(state: dict) -> Section:
     run, figs = acr_figures(state["run"], state["keys"], state["smooth"])
+    group = acr_group_figure(run, state)
+    if group is not None:
+        figs["group"] = group
     try:
         w = api.cached("run_windows", state["run"], step=None if state["step"] < 0 else state["step"])
         figs["windows"] = figures.window_grid_figure(w["windows"], title=f"window map at step {w['step']}")
@@ -293,13 +306,13 @@ def runs_frame(runs: list[dict], all_params: bool) -> pd.DataFrame:
     rows = []
     for r in runs:
         s, p, prog = r.get("summary") or {}, r.get("params") or {}, r.get("progress")
-        rows.append({"id": r["id"], "name": r["name"], "status": r["status"], "target": r.get("target", "local"),
-                     "engine job": r.get("engine_job_id") or "", "preset": r.get("preset"),
-                     "experiment": r.get("experiment"), "source": r.get("source"), "group": r.get("group"),
-                     "seed": r.get("seed"), "tags": ", ".join(r.get("tags") or []),
+        # the metrics right after the run's name: at the table's default width they are on screen
+        rows.append({"id": r["id"], "name": r["name"], "status": r["status"],
+                     "val_loss": s.get("val_loss"), "acr": s.get("acr"), "causal_coverage": s.get("causal_coverage"),
+                     "target": r.get("target", "local"), "engine job": r.get("engine_job_id") or "",
                      "progress": f"{prog['step']}/{prog['total_steps']}" if prog else "",
-                     "val_loss": s.get("val_loss"), "acr": s.get("acr"),
-                     "causal_coverage": s.get("causal_coverage"),
+                     "preset": r.get("preset"), "experiment": r.get("experiment"), "source": r.get("source"),
+                     "group": r.get("group"), "seed": r.get("seed"), "tags": ", ".join(r.get("tags") or []),
                      **{f"param {k}": p.get(k) for k in keys}})
     return pd.DataFrame(rows)
 
@@ -309,8 +322,8 @@ def runs_section(state: dict) -> Section:
                     status=state["status"] or None, source=state["source"] or None, group=state["group"] or None,
                     tag=state["tag"] or None, limit=500)
     df = runs_frame(run_table.filter_runs(runs, state["q"]), state["allparams"])
-    table = go.Figure(go.Table(header=dict(values=list(df.columns)),
-                               cells=dict(values=[df[c].astype(str).tolist() for c in df.columns])))
+    table = go.Figure(go.Table(header=dict(values=list(df.columns)), cells=dict(values=[
+        [run_table.metric_text(c, v) for v in df[c].tolist()] for c in df.columns])))
     return Section("Runs", {"table": table}, [f"{len(df)} runs"])
 
 

@@ -30,6 +30,7 @@ from backend.schemas.models import (
     ModelInfo,
     ModelUnavailable,
     ModelWindowsResponse,
+    RetainedMassRequest,
     RetainedMassResponse,
     SensitivityResponse,
     TextInfo,
@@ -144,6 +145,14 @@ async def read_retained_mass(model_id: ModelId, registry: RegistryDep, heavy: He
     return await heavy.json_response(("retained-mass", model_id, text_id),
                                      lambda: analysis.retained_mass(registry, registry.get(model_id),
                                                                     text_id))
+
+
+@router.post("/{model_id}/retained-mass", response_model=RetainedMassResponse, responses=BUSY)
+async def create_retained_mass(model_id: ModelId, body: RetainedMassRequest, registry: RegistryDep,
+                               heavy: HeavyDep) -> Response:
+    """As GET, on a posted text: the seq_len tokens shown from `offset` (the span POST /attention shows)."""
+    return await heavy.json_response(("retained-mass", model_id, body.model_dump_json()),
+                                     lambda: analysis.retained_mass_of_text(registry.get(model_id), body))
 
 
 @router.get("/{model_id}/sensitivity", response_model=SensitivityResponse, responses=BUSY)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictInt
+from pydantic import Field, StrictInt, model_validator
 
 from backend.schemas.base import OWN_WINDOW, AttentionWindow, EvalSet, Plan, Request, Response
 
@@ -82,6 +82,8 @@ class CostFields(Response):
     kv_bytes_full: int
     attention_pairs: int
     attention_pairs_full: int
+    n_kv_head: int = Field(description="key/value heads per layer: the query heads of one share its cache, so a "
+                           "window shrinks the cache only when every head of the group has it")
 
 
 class ModelWindowsResponse(CoverageFields, CostFields):
@@ -170,21 +172,58 @@ class AttentionResponse(Response):
     text_tokens: int = Field(description="tokens in the whole text; tokens outside offset..offset+n_tokens are not shown")
 
 
+class RetainedMassRequest(Request):
+    """POST /retained-mass: the curves on a posted text, on the seq_len tokens shown from `offset` (as
+    POST /attention shows them), so the curve and τ's suggestion are about the text on screen."""
+
+    text: str = Field(min_length=1, max_length=MAX_ATTENTION_TEXT_CHARS)
+    offset: int = Field(0, ge=0, le=MAX_ATTENTION_TEXT_CHARS * 8)
+
+
 class RetainedMassResponse(Response):
     buckets: list[int | None]
     mass: list[list[list[float]]]
+
+
+class SweepPick(Response):
+    """The head the sweep singles out: its loss rises most when it alone gets the smallest window."""
+
+    layer: int
+    head: int
+    window: int
+    delta: float = Field(description="on eval_set, where it was picked (in-sample)")
+    held_out_delta: float | None = Field(description="the same edit on the held-out set (not used to pick)")
 
 
 class SensitivityResponse(Response):
     buckets: list[int | None]
     baseline_loss: float
     delta: list[list[list[float | None]]]
+    eval_set: str
+    held_out: str | None = Field(description="the set the pick is checked on (None: this model has none)")
+    pick: SweepPick | None = Field(description="None when no head's loss rises at the smallest window")
+
+
+# The eval set a choice made on one set is checked on: it shares no sequence with the choosing set
+# (mixed = text + copy; english is the bundled English text, never trained on).
+HELD_OUT: dict[str, EvalSet] = {"mixed": "english", "text": "english", "copy": "english", "english": "text"}
 
 
 class AllocateRequest(Request):
     budget: float = Field(gt=0.0, le=1.0, allow_inf_nan=False)
     metric: Literal["causal_coverage", "acr"] = "causal_coverage"
-    eval_set: EvalSet = "mixed"
+    eval_set: EvalSet = Field("mixed", description="the set the allocator chooses its plan on")
+    held_out: EvalSet | None = Field(
+        None, description="the set the chosen plan is scored on as well; default: one sharing no sequence with "
+        "eval_set (mixed, text, copy -> english; english -> text). Must differ from eval_set")
+
+    @model_validator(mode="after")
+    def _held_out(self) -> AllocateRequest:
+        if self.held_out is None:
+            self.held_out = HELD_OUT[self.eval_set]
+        if self.held_out == self.eval_set:
+            raise ValueError("held_out must differ from eval_set (a score on the choosing set is in-sample)")
+        return self
 
 
 class CurvePoint(Response):
@@ -196,8 +235,12 @@ class CurvePoint(Response):
 
 class AllocateResponse(CoverageFields):
     windows: list[list[int | None]]
+    eval_set: str = Field(description="the set the plan was chosen on (loss, baseline_loss, curve: in-sample)")
     loss: float
     baseline_loss: float
+    held_out: str | None = Field(description="the set the plan was scored on besides (None: it has none here)")
+    held_out_loss: float | None
+    held_out_baseline_loss: float | None = Field(description="the model's own plan on the held-out set")
     curve: list[CurvePoint]
 
 
@@ -236,7 +279,6 @@ class CostResponse(CostFields):
     kv_entries_full: int
     kv_ratio: float
     pairs_ratio: float
-    n_kv_head: int
     kv_windows: list[list[int]] = Field(description="per layer and kv head: positions its cache keeps at N")
     measured: MeasuredCostPublic | None = None
 

@@ -19,6 +19,7 @@ from aah_core.windows import coverage_metrics, decode_window, encode_window, pla
 from backend.schemas.base import OWN_WINDOW, AttentionWindow
 from backend.schemas.errors import InvalidInput
 from backend.schemas.models import (
+    HELD_OUT,
     AllocateRequest,
     AllocateResponse,
     AttentionResponse,
@@ -27,8 +28,10 @@ from backend.schemas.models import (
     EvaluateRequest,
     EvaluateResponse,
     PerTokenLosses,
+    RetainedMassRequest,
     RetainedMassResponse,
     SensitivityResponse,
+    SweepPick,
 )
 from backend.services.registry import LoadedModel, Registry
 
@@ -49,7 +52,8 @@ def exact_cost(lm: LoadedModel, plan: torch.Tensor, context: int) -> PlanCost:
 
 def cost_fields(cost: PlanCost) -> CostFields:
     return CostFields(context=cost.context, kv_bytes=cost.kv_bytes, kv_bytes_full=cost.kv_bytes_full,
-                      attention_pairs=cost.attention_pairs, attention_pairs_full=cost.attention_pairs_full)
+                      attention_pairs=cost.attention_pairs, attention_pairs_full=cost.attention_pairs_full,
+                      n_kv_head=cost.n_kv_head)
 
 
 def _plan_key(plan: torch.Tensor) -> tuple[int, ...]:
@@ -185,6 +189,17 @@ def retained_mass(registry: Registry, lm: LoadedModel, text_id: str | None) -> R
     return RetainedMassResponse(buckets=buckets, mass=mass)
 
 
+def retained_mass_of_text(lm: LoadedModel, body: RetainedMassRequest) -> RetainedMassResponse:
+    """The curves on the span of a posted text that POST /attention shows for the same offset."""
+    windows, buckets = _buckets(lm)
+    whole = _token_ids(lm, body.text, None)
+    if whole.numel() == 0:
+        raise InvalidInput("text: it encodes to no tokens")
+    start, end = token_span(whole.shape[0], lm.info.seq_len, body.offset)
+    mass = diagnostics.retained_mass_curves(lm.model, whole[start:end].view(1, -1), lm.plan, windows).tolist()
+    return RetainedMassResponse(buckets=buckets, mass=mass)
+
+
 def sensitivity(registry: Registry, lm: LoadedModel, eval_set: str) -> SensitivityResponse:
     """(Concurrent identical requests share one sweep: the route runs this in the heavy executor.)"""
     windows, buckets = _buckets(lm)
@@ -196,21 +211,51 @@ def sensitivity(registry: Registry, lm: LoadedModel, eval_set: str) -> Sensitivi
         baseline, delta = diagnostics.sensitivity_sweep(evaluator.loss, lm.plan.clone(), windows)
         hit = (baseline, delta.tolist())
         registry.remember(key, hit)
-    return SensitivityResponse(buckets=buckets, baseline_loss=hit[0], delta=hit[1])
+    held_out: str | None = HELD_OUT[eval_set]
+    pick = _sweep_pick(hit[1], windows, lm.info.seq_len)
+    if pick is not None:
+        try:  # the picked edit on a set it was not picked on
+            edited = lm.plan.clone()
+            edited[pick.layer, pick.head] = pick.window
+            pick.held_out_delta = (plan_loss(registry, lm, edited, str(held_out))
+                                   - plan_loss(registry, lm, lm.plan, str(held_out)))
+        except InvalidInput:  # no such set for this model
+            held_out = None
+    return SensitivityResponse(buckets=buckets, baseline_loss=hit[0], delta=hit[1], eval_set=eval_set,
+                               held_out=held_out, pick=pick)
+
+
+def _sweep_pick(delta: list, windows: list[int], seq_len: int) -> SweepPick | None:
+    """The head whose loss rises most when it alone gets the smallest window (None: none rises)."""
+    k = min(range(len(windows)), key=windows.__getitem__)
+    if windows[k] >= seq_len:
+        return None
+    cells = [(d[k], layer, head) for layer, row in enumerate(delta) for head, d in enumerate(row) if d[k] is not None]
+    worst = max(cells, default=None)
+    if worst is None or worst[0] <= 0:
+        return None
+    return SweepPick(layer=worst[1], head=worst[2], window=windows[k], delta=worst[0], held_out_delta=None)
 
 
 def allocate(registry: Registry, lm: LoadedModel, body: AllocateRequest) -> AllocateResponse:
     """(Concurrent identical requests share one search: the route runs this in the heavy executor.)"""
-    key = (lm.id, "allocate", body.eval_set, body.metric, body.budget)
+    key = (lm.id, "allocate", body.eval_set, body.metric, body.budget, body.held_out)
     hit = registry.cached(key)
     if hit is None:
         # The allocator brings its own evaluator and only reads the model, so it runs
         # without the model's lock: live edits are not held up by a search of seconds.
         result = run_allocation(lm.model, lm.batch(body.eval_set), body.budget, metric=body.metric)
         baseline, _, _ = _losses(registry, lm, lm.plan, body.eval_set, False)
+        held_out, held_loss, held_base = body.held_out, None, None
+        try:  # the chosen plan on a set it was not chosen on: the honest number
+            held_loss = plan_loss(registry, lm, result.plan, str(held_out))
+            held_base = plan_loss(registry, lm, lm.plan, str(held_out))
+        except InvalidInput:  # this model has no such set (e.g. trained without a synthetic task)
+            held_out = None
         T = lm.info.seq_len
         hit = AllocateResponse(
-            windows=plan_to_json(result.plan, T), loss=float(result.loss), baseline_loss=baseline,
+            windows=plan_to_json(result.plan, T), eval_set=body.eval_set, loss=float(result.loss),
+            baseline_loss=baseline, held_out=held_out, held_out_loss=held_loss, held_out_baseline_loss=held_base,
             curve=[CurvePoint(acr=p["acr"], causal_coverage=p["causal_coverage"], kv_bytes=p.get("kv_bytes"),
                               loss=p["loss"]) for p in result.curve],
             **coverage_metrics(result.plan, T),

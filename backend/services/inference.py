@@ -39,7 +39,7 @@ def cost(lm: LoadedModel, body: CostRequest) -> CostResponse:
     return CostResponse(
         **cost_fields(exact).model_dump(), windows=plan_to_json(plan, lm.info.seq_len),
         kv_entries=exact.kv_entries, kv_entries_full=exact.kv_entries_full, kv_ratio=exact.kv_ratio,
-        pairs_ratio=exact.pairs_ratio, n_kv_head=exact.n_kv_head, kv_windows=exact.kv_windows,
+        pairs_ratio=exact.pairs_ratio, kv_windows=exact.kv_windows,
         measured=measured,
     )
 

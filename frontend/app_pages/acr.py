@@ -3,7 +3,7 @@ window fractions, and the window map at any step."""
 
 import streamlit as st
 
-from frontend import api, components, figures, group_figures, group_views, groups, jobs, plans, user_text, views
+from frontend import api, components, figures, group_figures, groups, jobs, plans, user_text, views, zoom_chart
 
 PAGE = "acr"
 st.title("ACR curves")
@@ -23,7 +23,16 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=components.key(PAGE, "run"))
     metrics = api.call("run_metrics", run_id, max_points=views.CURVE_POINTS)["series"]
     keys = sorted(k for k in metrics if not k.startswith("window_frac/"))
-    st.session_state[components.key(PAGE, "keys")] = [k for k in st.session_state[components.key(PAGE, "keys")] if k in keys]
+    chosen = st.session_state[components.key(PAGE, "keys")]
+    if next((r["status"] for r in runs if r["id"] == run_id), None) in jobs.ACTIVE:
+        # a live run may not have logged a chosen key yet (val_loss before its first eval): keep it
+        # chosen, so it is drawn once it arrives, rather than dropping it for good
+        waiting = [k for k in chosen if k not in keys]
+        keys = sorted({*keys, *waiting})
+        if waiting:
+            c2.caption(f"Not logged yet: {', '.join(waiting)} (drawn once the run writes it).")
+    else:
+        st.session_state[components.key(PAGE, "keys")] = [k for k in chosen if k in keys]
     c2.multiselect("Metrics", keys, key=components.key(PAGE, "keys"))
     c3.slider("EMA smoothing", 0.0, 0.99, key=components.key(PAGE, "smooth"), step=0.01)
     # Long runs come downsampled (bucket min/max, views.CURVE_POINTS per series); narrowing the step
@@ -53,7 +62,8 @@ def curves(step_range: tuple[int | None, int | None]) -> None:
     redraws when its status changes."""
     with api.guard("drawing the curves"):
         state = components.current_state(PAGE)
-        run, figs = views.acr_figures(run_id, state["keys"], state["smooth"], *step_range)
+        zoom = zoom_chart.zoomed("acr._metrics")  # a range dragged on the chart: asked at full resolution
+        run, figs = views.acr_figures(run_id, state["keys"], state["smooth"], *(zoom or step_range))
         if run["status"] != drawn_status:  # started or ended: the picker, the map and the polling follow
             st.rerun(scope="app")
         for line in views.run_lines(run):
@@ -61,11 +71,12 @@ def curves(step_range: tuple[int | None, int | None]) -> None:
         if not figs:
             components.placeholder("This run has no metrics yet; curves appear as training writes them.")
         if "metrics" in figs:
-            components.show_figure(figs["metrics"], "acr._metrics")
+            zoom_chart.show(figs["metrics"], "acr._metrics")
+            st.caption(f"Zoomed to steps {zoom[0]:,}–{zoom[1]:,}: these points were asked for this range "
+                       "(double-click the chart to zoom out)." if zoom else
+                       "Drag a range on the chart to ask the server for it at full resolution.")
         if group and state["band"]:
-            keys = state["keys"] or ["val_loss"]
-            own = views.split_series(api.call("run_metrics", run_id, keys=keys, max_points=views.CURVE_POINTS)["series"])
-            fig = group_views.run_group_figure(run, keys, state["band"], own)
+            fig = views.acr_group_figure(run, state)
             if fig is None:
                 components.placeholder(f"Group {user_text.md(group)} has no other run with these metrics.")
             else:

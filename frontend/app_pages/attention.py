@@ -53,7 +53,8 @@ with api.guard("loading the model", stop=True), st.spinner("Loading models and t
             st.stop()
 
     with st.expander("Pick a head on the model's window map", expanded=False):
-        components.head_grid(figures.window_grid_figure(own, selected=(layer, head), clickable=True), PAGE,
+        components.head_grid(figures.window_grid_figure(own, selected=(layer, head), clickable=True,
+                                                             seq_len=model["seq_len"]), PAGE,
                              f"attention._grid.{model_id}")
 
 with api.guard("attention maps"):
@@ -77,8 +78,11 @@ with api.guard("attention maps"):
 with api.guard("retained-mass curves"):
     if st.toggle("Retained-mass curve for this head", value=True, key="attention._rm"):
         with st.spinner("Computing retained mass for every head..."):
-            rm = api.cached("retained_mass", model_id,
-                            text_id=None if state["text"] in ("", views.CUSTOM_TEXT) else state["text"])
+            if own_text:  # the pasted text, on the span shown above: the curve and τ are about this text
+                rm = api.cached("retained_mass_of_text", model_id, own_text, st.session_state.get("attention._offset", 0))
+                st.caption("On your text, the tokens shown above.")
+            else:
+                rm = api.cached("retained_mass", model_id, text_id=state["text"] or None)
         tau = st.slider("τ (suggest the smallest window keeping this much mass)", 0.5, 0.99, 0.9, 0.01,
                         key="attention._tau")
         mass = rm["mass"][layer][head]

@@ -27,11 +27,18 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
     c3.selectbox("Coverage metric for plots", ["causal_coverage", "acr"], key=components.key(PAGE, "metric"))
     model = next(m for m in models if m["id"] == model_id)
     c1.caption(views.model_caption(model))
-    opening = st.empty()  # the cold open: filled after the panel, so the first loss is not held up by it
+    # the cold open: filled after the panel, so the first loss is not held up by it; its height is
+    # reserved now, so the map below never moves when the line arrives
+    opening = st.container(height=100, border=False)
     own_info = api.cached("model_windows", model_id)
-    url_plan, own, ignored = views.plan_for(model, state["plan"] if state["model"] in ("", model_id) else "")
+    for_this_model = state["model"] in ("", model_id)
+    url_plan, own, ignored = views.plan_for(model, state["plan"] if for_this_model else "")
+    if state["plan"] and not for_this_model:  # said, not dropped silently: it was made for another model
+        ignored = [f"plan={state['plan'][:40]} (made for model {state['model'][:40]}, not the one shown)"]
     components.link_ignored(PAGE, "plan", ignored)
     editor_panel.plan_history(model, own, url_plan)
+    # in the page body, not the panel fragment: a warning written by a fragment is cleared by its next rerun
+    editor_panel.check_head(model)
 
 
 @st.fragment
@@ -41,20 +48,21 @@ def panel() -> None:
     the new loss before it redraws the widgets and charts (bench/ui.py: click -> new loss)."""
     hist = editor_panel.plan_history(model, own, url_plan)
     history_slot = st.container()  # filled after the edits, so it shows this run's edit
-    bulk = components.lazy_expander("Bulk edits and presets", "editor._bulk_open")
+    # a plain expander: opening it is the browser's own business, not a rerun that meets the user's clicks
+    # (its widgets are light); its Apply button edits the plan in this run: before the evaluation
+    with st.expander("Bulk edits and presets"):
+        editor_panel.preset_editor(model, own, hist, st.session_state[components.key(PAGE, "metric")])
+        editor_panel.bulk_editor(model, hist)
     cell_slot, metrics_slot = st.container(), st.container()
-    if bulk.open:  # its Apply button edits the plan in this run: before the evaluation
-        with bulk:
-            editor_panel.preset_editor(model, own, hist, st.session_state[components.key(PAGE, "metric")])
-            editor_panel.bulk_editor(model, hist)
     result = None
     with metrics_slot, api.guard("evaluating the plan"), st.spinner("Evaluating the plan..."):
         result = views.evaluate(model_id, hist.current, st.session_state[components.key(PAGE, "eval")])
-        components.metric_badges(result)
+        components.metric_badges(result, figures.kv_group_note(hist.current, own, int(own_info.get("n_kv_head")
+                                                                                                  or model["n_head"])))
     with metrics_slot:
         serving_panel.serving_table(model, hist, st.session_state[components.key(PAGE, "eval")], editor_panel.commit)
     with cell_slot:
-        editor_panel.cell_editor(model, hist)
+        editor_panel.cell_editor(model, own, hist, model["n_head"] // int(own_info.get("n_kv_head") or model["n_head"]))
     with history_slot:
         editor_panel.history_buttons(hist)
     st.session_state[components.key(PAGE, "plan")] = "" if hist.current == own else plans.encode_plan(hist.current)
@@ -64,10 +72,9 @@ def panel() -> None:
     with left:  # a new session: the loss above is drawn first, the charts once the browser has shown it
         charts = components.first_paint_done(PAGE)
     if not charts:
-        left.caption("Drawing the window map and the charts...")
+        left.caption("Drawing the charts...")
     else:
         with left:
-            editor_panel.grid(model, hist, live["layer"], live["head"])
             editor_panel.table_editor(model, hist)
         with right:
             if result:
@@ -86,8 +93,11 @@ with api.guard("the opening line"):
     if model["n_layer"] * model["n_head"] <= cold_open.SWEEP_LIMIT:
         sens = api.cached("sensitivity", model_id, st.session_state[components.key(PAGE, "eval")])
         line = cold_open.from_sensitivity(sens["delta"], sens["buckets"])
+        line = line and line + cold_open.held_out_clause(sens)
     else:
         rm = api.cached("retained_mass", model_id)
         line = cold_open.from_retained_mass(rm["mass"], rm["buckets"])
     if line:
         opening.info(line, icon="👋")
+    else:
+        opening.caption("")

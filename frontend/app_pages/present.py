@@ -28,7 +28,8 @@ with api.guard("loading saved views", stop=True), st.spinner("Loading saved view
         st.multiselect("Slides, in order", list(names), format_func=names.get, key=k)
     deck = st.session_state[k] or list(names)
     sk = components.key(PAGE, "slide")
-    st.session_state[sk] = min(max(st.session_state[sk], 0), len(deck) - 1)
+    components.ensure_option(PAGE, "slide", list(range(len(deck))), f"the deck has {len(deck)} slides",
+                             label=lambda i: f"slide {i + 1}")
 
 
 def _step(delta: int) -> None:
@@ -57,9 +58,11 @@ with api.guard(f"slide “{view['name']}”"), st.spinner(f"Rendering “{user_t
     for line in sec.lines:  # they name runs and metric keys
         st.markdown(f"- {user_text.md(line)}")
     cols = st.columns(2 if len(sec.figures) > 1 else 1)
+    height = export.slide_figure_height(len(sec.figures), len(sec.lines))  # the slide fits one 1100 px screen
     for i, (name, fig) in enumerate(sec.figures.items()):
         with cols[i % len(cols)]:
-            components.show_figure(fig, f"present._fig.{view['id']}.{name}")
+            components.show_figure(export.exportable(fig).update_layout(height=height),
+                                   f"present._fig.{view['id']}.{name}")
 
 if not presenting:
     view_manager.manager(saved)

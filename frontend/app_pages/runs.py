@@ -81,9 +81,8 @@ def runs_table() -> None:
             grouped_table(runs)
             return
         st.dataframe(views.runs_frame(runs, state["allparams"]), hide_index=True, key="runs._table",
-                     column_config={"val_loss": st.column_config.NumberColumn(format="%.4f"),
-                                    "acr": st.column_config.NumberColumn(format="%.3f"),
-                                    "causal_coverage": st.column_config.NumberColumn(format="%.3f")})
+                     column_config={k: st.column_config.NumberColumn(format=f"%.{d}f")
+                                    for k, d in run_table.METRIC_DECIMALS.items()})
         if live_jobs:
             st.caption("Refreshing every 3 s while jobs run.")
         labels = {r["id"]: f"#{r['id']} {r['name']}" for r in runs}

@@ -209,6 +209,21 @@ def test_retained_mass_curves(client):
     assert torch.tensor(averaged["mass"]).shape == (2, 2, 3)
 
 
+def test_retained_mass_on_a_posted_text_is_about_that_text(client):
+    """Issue 23: the curve and τ on the attention page are computed on the text being shown."""
+    a = client.post(f"{API}/models/demo/retained-mass", json={"text": "abcabcabc " * 20}).json()
+    b = client.post(f"{API}/models/demo/retained-mass", json={"text": "the cat sat on the mat. " * 8}).json()
+    ma, mb = torch.tensor(a["mass"]), torch.tensor(b["mass"])
+    assert a["buckets"] == [4, 16, None] and ma.shape == mb.shape == (2, 2, 3)
+    assert torch.allclose(ma[..., -1], torch.ones(2, 2), atol=1e-5) and not torch.allclose(ma, mb)
+    shown = client.post(f"{API}/models/demo/attention", json={"layer": 0, "head": 0, "text": "x" * 500,
+                                                               "offset": 10_000}).json()  # clipped to the end
+    end = client.post(f"{API}/models/demo/retained-mass", json={"text": "x" * 500, "offset": 10_000}).json()
+    at = client.post(f"{API}/models/demo/retained-mass", json={"text": "x" * 500, "offset": shown["offset"]}).json()
+    assert end == at  # the same span as the heatmap shows
+    assert client.post(f"{API}/models/demo/retained-mass", json={"text": ""}).status_code == 422
+
+
 def test_sensitivity_sweep(client):
     body = client.get(f"{API}/models/demo/sensitivity", params={"eval_set": "text"}).json()
     assert body["buckets"] == [4, 16, None]
@@ -217,6 +232,23 @@ def test_sensitivity_sweep(client):
     assert delta[0][0][0] == 0.0 and delta[1][0][1] == 0.0 and delta[0][1][2] == 0.0  # own windows
     edited = client.post(f"{API}/models/demo/evaluate", json={"windows": [[4, None], [4, 8]], "eval_set": "text"})
     assert delta[1][0][0] == pytest.approx(edited.json()["delta"], abs=1e-6)
+
+
+def test_the_sweeps_pick_is_checked_on_a_held_out_set(client):
+    """Issue 23: the head the sweep singles out (picked on eval_set) is scored on a held-out set too."""
+    body = client.get(f"{API}/models/demo/sensitivity", params={"eval_set": "text"}).json()
+    assert body["eval_set"] == "text" and body["held_out"] == "english"
+    cells = [(d[0], layer, head) for layer, row in enumerate(body["delta"]) for head, d in enumerate(row)]
+    worst = max(cells)
+    pick = body["pick"]
+    if worst[0] <= 0:
+        assert pick is None
+        return
+    assert (pick["layer"], pick["head"], pick["window"]) == (worst[1], worst[2], 4) and pick["delta"] == worst[0]
+    plan = [list(r) for r in TINY_PLAN]
+    plan[pick["layer"]][pick["head"]] = 4
+    held = client.post(f"{API}/models/demo/evaluate", json={"windows": plan, "eval_set": "english"}).json()
+    assert pick["held_out_delta"] == pytest.approx(held["delta"], abs=1e-6)
 
 
 def test_allocate_under_a_budget(client):
@@ -230,6 +262,19 @@ def test_allocate_under_a_budget(client):
     assert again["loss"] == pytest.approx(body["loss"], abs=1e-6)
     acr = client.post(f"{API}/models/demo/allocate", json={"budget": 0.3, "metric": "acr", "eval_set": "text"})
     assert acr.status_code == 200 and acr.json()["acr"] <= 0.3 + 1e-9
+
+
+def test_allocate_scores_its_choice_on_a_held_out_set(client):
+    """Issue 23: the plan is chosen on eval_set and also scored on a set it was not chosen on."""
+    body = client.post(f"{API}/models/demo/allocate", json={"budget": 0.5, "eval_set": "text"}).json()
+    assert body["eval_set"] == "text" and body["held_out"] == "english"  # the default: no shared sequence
+    held = client.post(f"{API}/models/demo/evaluate", json={"windows": body["windows"], "eval_set": "english"}).json()
+    assert body["held_out_loss"] == pytest.approx(held["loss"], abs=1e-6)
+    assert body["held_out_baseline_loss"] == pytest.approx(held["baseline_loss"], abs=1e-6)
+    other = client.post(f"{API}/models/demo/allocate", json={"budget": 0.5, "eval_set": "english"}).json()
+    assert other["held_out"] == "text"
+    same = client.post(f"{API}/models/demo/allocate", json={"budget": 0.5, "eval_set": "text", "held_out": "text"})
+    assert same.status_code == 422 and "held_out must differ" in str(same.json()["detail"])
 
 
 @pytest.mark.parametrize("body", [{"budget": 0}, {"budget": 1.5}, {"budget": 0.5, "metric": "flops"}, {}])
@@ -258,3 +303,11 @@ def test_concurrent_evaluations_heatmaps_and_sweeps_agree_with_sequential_ones(c
     client.app.state.registry.results.clear()
     assert losses == [evaluate(plan) for plan in plans]
     assert maps[:2] == [heatmap(0), heatmap(1)] and maps[2:4] == maps[:2]
+
+
+def test_every_cost_answer_names_the_kv_heads(client):
+    """The dashboard draws KV groups and says when an edit cannot shrink the cache (issue 23)."""
+    cost = client.post(f"{API}/models/demo/cost", json={"windows": TINY_PLAN, "context": 8}).json()
+    evaluated = client.post(f"{API}/models/demo/evaluate", json={"windows": TINY_PLAN}).json()
+    own = client.get(f"{API}/models/demo/windows").json()
+    assert evaluated["n_kv_head"] == own["n_kv_head"] == cost["n_kv_head"] >= 1

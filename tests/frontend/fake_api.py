@@ -28,7 +28,8 @@ def _cost(plan, context=T):
     """The engine's exact cost fields of a plan at a context."""
     c = plan_cost(validate_plan(plan, N_LAYER, N_HEAD, T), context, SHAPE)
     return {"context": context, "kv_bytes": c.kv_bytes, "kv_bytes_full": c.kv_bytes_full,
-            "attention_pairs": c.attention_pairs, "attention_pairs_full": c.attention_pairs_full}
+            "attention_pairs": c.attention_pairs, "attention_pairs_full": c.attention_pairs_full,
+            "n_kv_head": c.n_kv_head}
 
 
 def _loss(plan):
@@ -151,17 +152,26 @@ class FakeApi:
         self._rec("retained_mass", model_id, text_id=text_id)
         return {"buckets": BUCKETS, "mass": [[[0.5, 0.7, 0.9, 1.0]] * N_HEAD] * N_LAYER}
 
+    def retained_mass_of_text(self, model_id, text, offset=0):
+        """A posted text's curves: this fake's heads keep less mass on it than on the bundled texts."""
+        self._rec("retained_mass_of_text", model_id, text, offset)
+        return {"buckets": BUCKETS, "mass": [[[0.1, 0.2, 0.6, 1.0]] * N_HEAD] * N_LAYER}
+
     def sensitivity(self, model_id, eval_set="mixed"):
         self._rec("sensitivity", model_id, eval_set=eval_set)
         # the smallest window hurts L1H2 most and L0H0 least
         delta = [[[0.3 if (layer, head) == (1, 2) else 0.01 * (layer * N_HEAD + head), 0.2, 0.1, 0.0]
                   for head in range(N_HEAD)] for layer in range(N_LAYER)]
-        return {"buckets": BUCKETS, "baseline_loss": 2.0, "delta": delta}
+        held = "text" if eval_set == "english" else "english"
+        return {"buckets": BUCKETS, "baseline_loss": 2.0, "delta": delta, "eval_set": eval_set, "held_out": held,
+                "pick": {"layer": 1, "head": 2, "window": BUCKETS[0], "delta": 0.3, "held_out_delta": 0.125}}
 
-    def allocate(self, model_id, budget, metric="causal_coverage", eval_set="mixed"):
-        self._rec("allocate", model_id, budget, metric=metric, eval_set=eval_set)
+    def allocate(self, model_id, budget, metric="causal_coverage", eval_set="mixed", held_out=None):
+        self._rec("allocate", model_id, budget, metric=metric, eval_set=eval_set, held_out=held_out)
         plan = [[8] * N_HEAD for _ in range(N_LAYER)]
-        return {"windows": plan, "loss": _loss(plan), "baseline_loss": _loss(OWN), **_coverage(plan),
+        return {"windows": plan, "eval_set": eval_set, "loss": _loss(plan), "baseline_loss": _loss(OWN),
+                "held_out": held_out or ("text" if eval_set == "english" else "english"),
+                "held_out_loss": _loss(plan) + 0.5, "held_out_baseline_loss": _loss(OWN) + 0.25, **_coverage(plan),
                 "curve": [{"acr": 1.0, "causal_coverage": 1.0, "kv_bytes": _cost([[None] * N_HEAD] * N_LAYER)["kv_bytes"],
                            "loss": 2.0},
                           {**_coverage(plan), "kv_bytes": _cost(plan)["kv_bytes"], "loss": _loss(plan)}]}

@@ -170,6 +170,7 @@ _PLOT = """(title) => {
   const ax = (a) => a ? {range: a.range, type: a.type, title: a.title && a.title.text} : null;
   return {title: div.layout.title.text, xaxis: ax(div._fullLayout.xaxis), yaxis: ax(div._fullLayout.yaxis),
           data: div.data.map(d => ({name: d.name, x: arr(d.x), y: arr(d.y), z: arr(d.z), zmin: d.zmin, zmax: d.zmax, type: d.type,
+                           color: d.line && d.line.color, fill: d.fillcolor,
                            error_y: d.error_y ? arr(d.error_y.array) : null}))};
 }"""
 
@@ -182,8 +183,9 @@ def plot(page, title: str) -> dict | None:
 
 def metric_value(page, label: str) -> str:
     """The text of the st.metric whose label is `label` ('' while it is not on screen)."""
-    loc = page.locator('[data-testid="stMetric"]').filter(has_text=label).locator('[data-testid="stMetricValue"]')
-    return loc.first.inner_text(timeout=500).strip() if loc.count() else ""
+    texts = page.locator('[data-testid="stMetric"]').filter(has_text=label).locator(
+        '[data-testid="stMetricValue"]').all_inner_texts()  # reads what is there now; never waits
+    return texts[0].strip() if texts else ""
 
 
 def editor_ready(page, timeout: float = 60.0) -> str:
@@ -196,40 +198,54 @@ def editor_ready(page, timeout: float = 60.0) -> str:
     return loss
 
 
+_SETTLED = """() => !document.querySelector('[data-testid="stStatusWidgetRunningIcon"],'
+  + '[data-testid="stStatusWidgetRunningManIcon"],[data-stale="true"],[data-testid="stSkeleton"]')"""
+
+
+def settled(page, quiet_ms: int = 400, timeout: float = 120.0) -> None:
+    """Wait until no script runs and nothing on the page is stale, for `quiet_ms` in a row: a click then
+    meets a page that is not being redrawn. Waiting only; nothing is clicked here."""
+    deadline = time.monotonic() + timeout
+    quiet_since = None
+    while time.monotonic() < deadline:
+        if page.evaluate(_SETTLED):
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since >= quiet_ms / 1000:
+                return
+        else:
+            quiet_since = None
+        time.sleep(0.05)
+    raise TimeoutError(f"the page kept rerunning for {timeout:.0f} s")
+
+
 def expand(page, label: str, shows, timeout: float = 60.0) -> None:
-    """Open the expander whose label holds `label` until `shows` (a locator inside it) is visible. A
-    click that meets a rerun can be dropped on a loaded box (the expander stays closed), so it is
-    clicked again while closed, never while open (that would close it)."""
-    box = page.locator("details").filter(has_text=label)
-
-    def opened() -> bool:
-        if box.get_attribute("open") is None:
-            box.locator("summary").click(timeout=5_000)
-        return shows.is_visible()
-    wait_for(opened, timeout=timeout, interval=0.5, what=f"the {label!r} expander")
+    """Open the expander whose label holds `label` (one click on a settled page) and wait for `shows`."""
+    settled(page)
+    box = page.locator("details").filter(has_text=label).first
+    assert box.get_attribute("open") is None, f"the {label!r} expander is open already"
+    box.locator("summary").click()
+    shows.wait_for(timeout=timeout * 1000)
 
 
-def prepare_download(page, expander: str, prepare, download, build_s: float = 90.0,
-                     timeout: float = 240.0) -> None:
-    """Open `expander`, click `prepare` and wait for the `download` button it builds. Each click can meet
-    a rerun and be dropped on a loaded box, so both are tried again until the button shows."""
-    def ready() -> bool:
-        if download.count():
-            return True
-        expand(page, expander, prepare)
-        prepare.click(timeout=5_000)
-        download.wait_for(timeout=build_s * 1000)
-        return True
-    wait_for(ready, timeout=timeout, what=f"the download built under {expander!r}")
+def prepare_download(page, expander: str, prepare, download, build_s: float = 90.0) -> None:
+    """Open `expander`, click `prepare` once and wait for the `download` button it builds."""
+    expand(page, expander, prepare)
+    settled(page)
+    prepare.click()
+    download.wait_for(timeout=build_s * 1000)
 
 
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02, what: str = "condition"):
-    """Poll until `predicate()` is truthy; returns its value."""
+    """Poll a read-only `predicate()` until it is truthy; returns its value. Only Playwright's errors
+    (an element not there yet, or redrawn by a rerun between finding and reading it) count as "not
+    yet"; any other exception (a wrong key, a bad index: the test's own bug) propagates at once."""
+    from playwright.sync_api import Error as PlaywrightError
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             value = predicate()
-        except Exception:  # elements come and go while Streamlit reruns
+        except PlaywrightError:
             value = None
         if value:
             return value

@@ -36,6 +36,8 @@ def test_a_job_shows_progress_while_it_trains_and_pages_follow_its_status(live):
     run = httpx.post(f"{api}/runs", json={"preset": "tiny", "name": "live-check",
                                           "overrides": {"train.max_steps": STEPS}}, timeout=60).json()
     rid = run["id"]
+    # nothing was live when the page opened, so it polls nothing: one click looks for the new job
+    runs_page.get_by_role("button", name="Check for jobs").click()
     acr_page = S.open_page(browser, f"{stack.ui_url}/acr?run={rid}")
     S.wait_for(lambda: re.search(rf"#{rid} live-check \((SCHEDULED|RUNNING)\)", _picker(acr_page)),
                what="the run picker naming the new job")

@@ -24,16 +24,12 @@ def test_arrow_keys_move_between_slides_and_the_deck_is_one_slide_per_screen(liv
     S.wait_for(lambda: f"slide 1 of {n}" in _caption(page), what="the first slide")
     page.locator('kbd[aria-label="Shortcut →"]').wait_for()  # the shortcut is registered
 
-    def moved(key: str, before: int, after: int) -> bool:
-        # a key pressed while Streamlit still reruns can be dropped on a loaded box: press it again only
-        # while the caption still shows the slide before
-        if f"slide {before} of {n}" in _caption(page):
-            page.keyboard.press(key)
-            page.wait_for_timeout(2_000)
-        return f"slide {after} of {n}" in _caption(page)
-
-    S.wait_for(lambda: moved("ArrowRight", 1, 2), timeout=90, what="the next slide after →")
-    S.wait_for(lambda: moved("ArrowLeft", 2, 1), timeout=90, what="the first slide again after ←")
+    S.settled(page)
+    page.keyboard.press("ArrowRight")  # once: the assertion waits for its effect
+    S.wait_for(lambda: f"slide 2 of {n}" in _caption(page), timeout=90, what="the next slide after →")
+    S.settled(page)
+    page.keyboard.press("ArrowLeft")
+    S.wait_for(lambda: f"slide 1 of {n}" in _caption(page), timeout=90, what="the first slide again after ←")
 
     button = page.get_by_role("button", name="Download deck (HTML, plotly.js inlined, opens offline)")
     prepare = page.get_by_role("button", name="Prepare offline HTML deck")

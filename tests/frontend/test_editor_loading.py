@@ -1,9 +1,7 @@
 """The editor's light first paint and lazy parts under AppTest: the loss before the charts, expanders
-built only while open, and widgets of an earlier plan version that edit nothing."""
+built only while open, and the head editor's message log applied once."""
 
-import streamlit as st
-
-from frontend import editor_panel, history
+from frontend import head_editor, history
 from tests.frontend.test_pages import first_paint, open_expander, page
 
 
@@ -11,11 +9,11 @@ def test_editor_shows_the_loss_first_and_the_charts_once_the_browser_has_shown_i
     at = page("editor")
     loss = at.metric[0].value
     assert at.metric[0].label == "loss (nats)" and not at.get("plotly_chart")
-    assert any(c.value.startswith("Drawing the window map") for c in at.caption)
+    assert any(c.value.startswith("Drawing the charts") for c in at.caption)
     at = first_paint(at, "editor")
     keys = {c.proto.id for c in at.get("plotly_chart")}
-    assert len(keys) == 3 and at.metric[0].value == loss and not at.exception
-    assert not any(c.value.startswith("Drawing the window map") for c in at.caption)
+    assert len(keys) == 2 and at.metric[0].value == loss and not at.exception  # the loss plot, the token strip
+    assert not any(c.value.startswith("Drawing the charts") for c in at.caption)
 
 
 def test_editor_generate_panel_shows_both_continuations(fake_api):
@@ -34,15 +32,27 @@ def test_editor_generate_panel_shows_both_continuations(fake_api):
     assert not at.exception
 
 
-def test_a_replayed_widget_of_an_earlier_plan_edits_nothing():
-    """Overlapping reruns send every widget the browser still shows, those drawn for an earlier plan
-    too: their values (here a typed 256, i.e. full, and a pill's old label) must not edit the plan."""
+def test_a_replayed_log_edits_nothing_and_each_edit_sets_its_own_head():
+    """The browser sends its whole unacknowledged log with each message: messages at or below the
+    script's ack were applied already and change nothing; the others apply in order, each to the head
+    it names (not the selected one)."""
     hist = history.PlanHistory(base=[[None, None], [None, None]])
-    hist.push([[4, None], [None, None]])
-    st.session_state["typed.old"], st.session_state["cell.old"] = 256, "8"
-    editor_panel._on_typed(hist, "typed.old", 0, 0, 0, 256)
-    editor_panel._on_cell(hist, "cell.old", 0, 0, 1)
-    assert hist.current == [[4, None], [None, None]] and hist.version == 1
-    st.session_state["typed.new"] = 16
-    editor_panel._on_typed(hist, "typed.new", 1, 0, 0, 256)  # the widget drawn for this plan edits it
-    assert hist.current == [[16, None], [None, None]]
+    log = [{"seq": 1, "kind": "edit", "layer": 0, "head": 0, "window": 4},
+           {"seq": 2, "kind": "select", "layer": 1, "head": 1},
+           {"seq": 3, "kind": "edit", "layer": 1, "head": 1, "window": 300}]
+    ack, picked = head_editor.apply_log(hist, log[:1], 0, 256, 2, 2)
+    assert (ack, picked, hist.current) == (1, (0, 0), [[4, None], [None, None]])
+    ack, picked = head_editor.apply_log(hist, log, ack, 256, 2, 2)  # seq 1 again, with 2 and 3
+    assert (ack, picked) == (3, (1, 1)) and hist.current == [[4, None], [None, None]]  # 300 >= T: full
+    assert hist.pos == 1
+    ack, _ = head_editor.apply_log(hist, [{"seq": 4, "kind": "edit", "layer": 1, "head": 0, "window": 16}], ack, 256, 2, 2)
+    assert hist.current == [[4, None], [16, None]] and hist.pos == 2
+    ack, picked = head_editor.apply_log(hist, [{"seq": 5, "kind": "edit", "layer": 5, "head": 0, "window": 1}], ack, 256, 2, 2)
+    assert (ack, picked, hist.pos) == (5, None, 2)  # a head this model does not have: skipped, not applied
+
+
+def test_window_colours_span_the_models_own_context():
+    fills, _ = head_editor.window_colors(["1", "16", "256", "full"], 256)
+    from plotly.colors import sample_colorscale
+    top, bottom = sample_colorscale("Viridis", [1.0, 0.0], colortype="rgb")
+    assert fills["256"] == fills["full"] == top and fills["1"] == bottom and fills["16"] not in (top, bottom)

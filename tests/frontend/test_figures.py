@@ -301,3 +301,67 @@ def test_group_bands_mark_each_runs_nonfinite_points_in_the_groups_colour():
     assert list(mark.hovertext) == ["NaN at step 10 · g · run #7"] and mark.marker.color == mean.line.color
     overlay = next(t for t in fig.data if t.name == "this run")
     assert list(overlay.y) == [2.0, None]
+
+
+def _curve(steps, mean, std):
+    return {"step": steps, "mean": mean, "std": std, "min": mean, "max": mean, "n": [3] * len(steps)}
+
+
+def test_group_band_bands_under_lines_and_this_run_in_its_keys_colour():
+    """Issue 23: both "this run" lines were the same grey; val_loss's band was drawn over train_loss."""
+    from frontend import group_figures
+
+    curves = {"train_loss · group g": _curve([0, 1], [3.0, 2.0], [0.1, 0.1]),
+              "val_loss · group g": _curve([0, 1], [3.2, 2.2], [0.2, 0.2])}
+    overlay = {"train_loss · this run": ([0, 1], [3.1, 2.1]), "val_loss · this run": ([0, 1], [3.3, 2.3])}
+    fig = group_figures.group_band_figure(curves, "std", overlay=overlay, overlay_of={
+        "train_loss · this run": "train_loss · group g", "val_loss · this run": "val_loss · group g"})
+    kinds = ["band" if t.line.width == 0 else "line" for t in fig.data]
+    assert kinds == ["band"] * 4 + ["line"] * 4  # every band before every line
+    means = [t for t in fig.data if t.name and "n=3" in t.name]
+    runs = [t for t in fig.data if t.name and "this run" in t.name]
+    assert [r.line.color for r in runs] == [m.line.color for m in means]
+    assert runs[0].line.color != runs[1].line.color
+
+
+def test_group_band_follows_the_ema_slider_on_dense_series():
+    from frontend import group_figures
+
+    steps = list(range(figures.DENSE_POINTS))
+    values = [float(s % 5) for s in steps]
+    curves = {"train_loss · group g": _curve(steps, values, [0.1] * len(steps))}
+    overlay = {"train_loss · this run": (steps, values)}
+    raw = group_figures.group_band_figure(curves, "std", overlay=overlay)
+    smooth = group_figures.group_band_figure(curves, "std", overlay=overlay, smoothing=0.6)
+    assert list(raw.data[2].y) == values and list(smooth.data[2].y) == pytest.approx(figures.ema(values, 0.6))
+    assert list(smooth.data[3].y) == pytest.approx(figures.ema(values, 0.6)) and "EMA 0.6" in smooth.data[3].name
+    sparse = {"val_loss · group g": _curve([0, 100], [3.0, 2.0], [0.1, 0.1])}
+    assert list(group_figures.group_band_figure(sparse, "std", smoothing=0.6).data[2].y) == [3.0, 2.0]
+
+
+def test_legends_sit_below_the_plot_and_never_take_its_width():
+    from frontend import group_figures
+
+    many = {f"a long run name number {i} · seed {i}": ([0, 1], [1.0, 2.0]) for i in range(12)}
+    for fig in (figures.metric_curves_figure(many, 0.0),
+                group_figures.group_band_figure({"g": _curve([0, 1], [1.0, 2.0], [0.1, 0.1])})):
+        legend = fig.layout.legend
+        assert legend.orientation == "h" and legend.y < 0 and legend.yanchor == "top"
+
+
+def test_a_zoomed_range_becomes_whole_steps():
+    from frontend import zoom_chart
+
+    assert zoom_chart.step_range([10.4, 99.2]) == (10, 100)
+    assert zoom_chart.step_range([-3.0, 5.5]) == (0, 6)
+    assert zoom_chart.step_range(None) is None and zoom_chart.step_range([5, 5]) is None
+    assert zoom_chart.step_range(["a", 3]) is None and zoom_chart.step_range([float("nan"), 3]) is None
+
+
+def test_a_models_window_map_colour_bar_spans_its_own_context():
+    """Issue 23: a T=256 model's colour bar ran 1 .. 16384."""
+    hm = figures.window_grid_figure([[4, 256, None, 1000]], seq_len=256).data[0]
+    assert hm.zmin == 0 and hm.zmax == 8  # log2(256)
+    assert hm.z[0][1] == hm.z[0][2] == hm.z[0][3] == 8 and hm.z[0][0] == 2  # T keys or more: full
+    labels = list(hm.colorbar.ticktext)
+    assert labels[0] == "1" and labels[-1] == "full (≥256)" and "16384" not in labels and "512" not in labels

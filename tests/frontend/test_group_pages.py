@@ -91,3 +91,25 @@ def test_band_edges_and_reproduction_rows_are_exact():
     ours, theirs = groups.reproduction_rows([], runs, paper, "delta")
     assert ours[0]["row"] == "x" and ours[0]["mean"] == pytest.approx(-0.15) and ours[0]["n"] == 2
     assert theirs == [{"row": "x", "mean": pytest.approx(-0.1), "std": None, "n": 1}]  # Table 2 is left out
+
+
+def test_a_saved_acr_view_with_a_band_draws_the_band_on_its_slide_and_in_the_deck(fake_api):
+    """Issue 23: a saved ACR view lost its group band, and the deck drew Streamlit's placeholder colours."""
+    import json
+
+    from frontend import export, views
+
+    at = page("acr", run="1", band="std", smooth="0.3")
+    page_fig = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("acr._group")).proto.spec)
+    state = {"run": 1, "keys": ["val_loss", "train_loss"], "smooth": 0.3, "step": -1, "band": "std"}
+    sec = views.build_section("acr", state)
+    assert "group" in sec.figures
+    slide = sec.figures["group"].to_plotly_json()
+    assert [t.get("line", {}).get("color") for t in slide["data"]] == [
+        t.get("line", {}).get("color") for t in page_fig["data"]]
+    assert [t.get("fillcolor") for t in slide["data"]] == [t.get("fillcolor") for t in page_fig["data"]]
+    fake_api.create_view("band", "acr", {"run": "1", "band": "std", "smooth": "0.3"})
+    at = page("present")
+    assert any(c.proto.id.endswith(".group") for c in at.get("plotly_chart")) and not at.exception
+    doc = export.html_document("deck", [sec], slides=True)
+    assert "#000001" not in doc and all(str(c) in doc for c in group_figures.PALETTE[:2])

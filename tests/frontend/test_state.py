@@ -35,7 +35,7 @@ def test_history_undo_redo_reset():
     h.push(p2)
     assert not h.can_redo and h.stack == [PLAN, p2]  # a new edit drops the redo branch
     assert h.reset() == PLAN and h.undo() == p2
-    assert h.version == 7  # every push, undo, redo and reset
+    assert h.stack == [PLAN, p2, PLAN] and h.pos == 1  # reset is a step of its own, undone here
 
 
 def test_bulk_edits_do_not_mutate_input():
@@ -131,3 +131,16 @@ def test_coerce_state_accepts_text_and_typed_values():
 
 def test_apply_table_edits():
     assert plans.apply_table_edits(PLAN, {0: {"H1": "full"}, "1": {"H3": "16"}}) == [[4, None, None, 16], [8, None, 4, 16]]
+
+
+def test_runs_table_puts_metrics_next_to_the_name_with_fixed_decimals():
+    """Issue 23: the default Runs table cut val_loss off at the right, and mixed decimals."""
+    from frontend import views
+
+    runs = [{"id": 1, "name": "a", "status": "FINISHED", "summary": {"val_loss": 2.5, "acr": 0.12345}},
+            {"id": 2, "name": "b", "status": "FINISHED", "summary": {"val_loss": 2.123456, "acr": None}}]
+    df = views.runs_frame(runs, False)
+    assert list(df.columns[:6]) == ["id", "name", "status", "val_loss", "acr", "causal_coverage"]
+    assert [run_table.metric_text("val_loss", v) for v in df["val_loss"]] == ["2.5000", "2.1235"]
+    assert [run_table.metric_text("acr", v) for v in df["acr"]] == ["0.123", ""]
+    assert run_table.metric_text("name", "x") == "x"

@@ -48,6 +48,12 @@ def test_a_tracked_run_arrives_exactly(server, tmp_path):
     assert model["run_id"] == run["id"] and model["preset"] == "tiny"
     assert not out.with_name("exact.tracking.jsonl").exists()
 
+    # importing the tracked folder (issue 23: it made a duplicate run and model) registers nothing
+    runs, models = server.get("/runs", limit=1000), server.get("/models")
+    stdout, _ = _finish(aah("import", str(out), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN}))
+    assert "already tracked" in stdout and "nothing imported" in stdout
+    assert server.get("/runs", limit=1000) == runs and server.get("/models") == models
+
 
 def test_the_spool_survives_a_server_killed_mid_run(tmp_path):
     api = ApiServer(tmp_path / "data", tmp_path / "api.log", token=None)
