@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import shlex
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -108,11 +107,7 @@ class RayTarget(Target):
             logger.warning("ray job %s: stop refused (%s)", job_id, str(exc)[:200])
         if state.state == "PENDING":  # a queued job is deleted too; Ray refuses that until the job has ended
             self.forget(job_id)
-        deadline = time.monotonic() + wait_s
-        while state.state not in ENDED and time.monotonic() < deadline:
-            time.sleep(0.25)
-            state = self.state(job_id)
-        return state
+        return self.wait_for_end(job_id, state, wait_s)
 
     def forget(self, job_id: str) -> bool:
         """Delete a job cancelled while queued from Ray's list; False while Ray refuses (its 500: the job

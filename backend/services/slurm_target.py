@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-import time
 
 from backend.schemas.runs import Resources, TargetPublic
 from backend.services.targets import ENDED, EngineRefused, EngineState, JobSpec, Target, tail_lines, unreachable
@@ -106,11 +105,7 @@ class SlurmTarget(Target):
         if state.state in ENDED:
             return state
         self.stop(job_id)
-        deadline = time.monotonic() + wait_s
-        while state.state not in ENDED and time.monotonic() < deadline:
-            time.sleep(0.25)
-            state = self.state(job_id)
-        return state
+        return self.wait_for_end(job_id, state, wait_s)
 
     def stop(self, job_id: str) -> None:
         done = self._run("scancel", job_id)

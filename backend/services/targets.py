@@ -9,6 +9,7 @@ its own and never schedules anything itself.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -79,6 +80,14 @@ class Target:
     def forget(self, job_id: str) -> bool:
         """Clear a job cancelled while queued from the engine's list, once it has ended there."""
         return True
+
+    def wait_for_end(self, job_id: str, state: EngineState, wait_s: float) -> EngineState:
+        """Ask the engine again every 0.25 s until the job has ended or ``wait_s`` has passed; the last state."""
+        deadline = time.monotonic() + wait_s
+        while state.state not in ENDED and time.monotonic() < deadline:
+            time.sleep(0.25)
+            state = self.state(job_id)
+        return state
 
 
 def refuse(resources: Resources, allowed: dict[str, object], target: str) -> None:

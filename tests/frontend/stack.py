@@ -235,6 +235,17 @@ def prepare_download(page, expander: str, prepare, download, build_s: float = 90
     download.wait_for(timeout=build_s * 1000)
 
 
+def download_deck(page, path: Path) -> Path:
+    """On the Present page: prepare the offline HTML deck, download it once and save it to `path`."""
+    button = page.get_by_role("button", name="Download deck (HTML, plotly.js inlined, opens offline)")
+    prepare = page.get_by_role("button", name="Prepare offline HTML deck")
+    prepare_download(page, "Export the deck", prepare, button)
+    with page.expect_download() as info:
+        button.click()
+    info.value.save_as(path)
+    return path
+
+
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02, what: str = "condition"):
     """Poll a read-only `predicate()` until it is truthy; returns its value. Only Playwright's errors
     (an element not there yet, or redrawn by a rerun between finding and reading it) count as "not

@@ -31,13 +31,7 @@ def test_arrow_keys_move_between_slides_and_the_deck_is_one_slide_per_screen(liv
     page.keyboard.press("ArrowLeft")
     S.wait_for(lambda: f"slide 1 of {n}" in _caption(page), timeout=90, what="the first slide again after ←")
 
-    button = page.get_by_role("button", name="Download deck (HTML, plotly.js inlined, opens offline)")
-    prepare = page.get_by_role("button", name="Prepare offline HTML deck")
-    S.prepare_download(page, "Export the deck", prepare, button)
-    with page.expect_download() as info:
-        button.click()
-    path = tmp_path / "deck.html"
-    info.value.save_as(path)
+    path = S.download_deck(page, tmp_path / "deck.html")
     page.close()
 
     offline = browser.new_context(offline=True, viewport={"width": 1280, "height": 800})

@@ -52,13 +52,7 @@ def test_a_saved_view_with_a_band_survives_into_present_and_the_deck(live, tmp_p
     assert all(not str(c).startswith("#00000") for c, _ in _colours(slide) if c)
     assert [t["y"] for t in slide["data"]] == [t["y"] for t in on_page["data"]]
 
-    button = page.get_by_role("button", name="Download deck (HTML, plotly.js inlined, opens offline)")
-    prepare = page.get_by_role("button", name="Prepare offline HTML deck")
-    S.prepare_download(page, "Export the deck", prepare, button)
-    with page.expect_download() as info:
-        button.click()
-    path = tmp_path / "deck.html"
-    info.value.save_as(path)
+    path = S.download_deck(page, tmp_path / "deck.html")
     page.close()
     assert "#000001" not in path.read_text()
 
