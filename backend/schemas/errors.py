@@ -36,6 +36,10 @@ class Unauthorized(ServiceError):
     status_code = 401
 
 
+class Forbidden(ServiceError):
+    status_code = 403
+
+
 class Conflict(ServiceError):
     status_code = 409
 

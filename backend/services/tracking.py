@@ -34,7 +34,7 @@ from aah_core.checkpoint import FILES, CheckpointInfo, verify_checkpoint
 from aah_core.config import RunConfig
 from aah_core.errors import AAHError
 from aah_core.windows import plan_to_json, validate_plan
-from backend.schemas.errors import Conflict, InvalidInput, NotFound, ServiceError
+from backend.schemas.errors import Conflict, Forbidden, InvalidInput, NotFound
 from backend.schemas.runs import RunPublic
 from backend.schemas.tracking import (
     SECRET_HEADER,
@@ -53,10 +53,6 @@ TRACKED_SOURCES = ("tracked", "imported", "suite")
 TRACKED_DIR = "tracked"  # under the data dir: one folder per run with an uploaded checkpoint
 _COMMITS = threading.Lock()
 _SPECIAL = {None: math.nan, "nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-
-
-class Forbidden(ServiceError):
-    status_code = 403
 
 
 def secret_hash(secret: str) -> str:
