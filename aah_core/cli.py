@@ -80,7 +80,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     plan = _read_plan(args.windows, ckpt)
     batch = make_eval_batch(ckpt.config, args.eval_set, args.n_seq)
     loss = evaluate_loss(ckpt.model, batch, plan)
-    cov = coverage_metrics(plan, m.seq_len)
+    cov = coverage_metrics(plan, m.seq_len, m.sinks)
     print(f"loss {loss:.6f}  acr {cov['acr']:.4f}  causal_coverage {cov['causal_coverage']:.4f}  "
           f"tile_coverage {cov['tile_coverage']:.4f}  ({args.eval_set}, {args.n_seq} sequences)")
     return 0

@@ -117,7 +117,10 @@ class RunConfig:
         return parse_controller(self.controller, self.model)[0]
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        raw = dataclasses.asdict(self)
+        if not raw["model"]["sinks"]:  # a model without sinks is written as before they existed: old files stay byte-identical
+            del raw["model"]["sinks"]
+        return raw
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
@@ -156,7 +159,7 @@ def apply_overrides(config: RunConfig, overrides: dict[str, Any]) -> RunConfig:
             continue
         if section not in ("model", "data", "train") or not name:
             raise InvalidConfig(f"unknown config key {key!r}; use model.*, data.*, train.* or controller.*")
-        if name not in raw[section]:
-            raise InvalidConfig(f"unknown config key {key!r}; known {section} keys: {sorted(raw[section])}")
+        if name not in SECTIONS[section]:
+            raise InvalidConfig(f"unknown config key {key!r}; known {section} keys: {sorted(SECTIONS[section])}")
         raw[section][name] = coerce(value, SECTIONS[section][name], key)
     return RunConfig.from_dict(raw)

@@ -222,11 +222,11 @@ def parse_controller(raw: Mapping[str, Any], model: ModelConfig) -> tuple[Contro
 
 
 def min_reachable_coverage(model: ModelConfig, metric: str) -> float:
-    """Coverage of the plan with every head at the smallest bucket."""
+    """Coverage of the plan with every head at the smallest bucket (its sink keys counted)."""
     T, w = model.seq_len, min(model.bucket_windows[0], model.seq_len)
     if metric == "acr":
-        return w / T
-    return pair_count(w, T) / (T * (T + 1) // 2)
+        return min(w + model.sinks, T) / T
+    return pair_count(w, T, model.sinks) / (T * (T + 1) // 2)
 
 
 def _check_choices(obj: Any) -> None:

@@ -59,6 +59,7 @@ class WindowedSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.dropout = cfg.dropout
+        self.sinks = cfg.sinks
         self.resid_drop = nn.Dropout(cfg.dropout)
         self.rotary = Rotary(cfg.d_model // cfg.n_head, cfg.seq_len, cfg.rope_base) if cfg.positions == "rope" else None
         self.observer: Observer | None = None
@@ -86,7 +87,7 @@ class WindowedSelfAttention(nn.Module):
             bias = self.window_bias(T).to(q.dtype)  # (H, T, T), -inf above the diagonal
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)  # (B, H, T, D)
         else:
-            y = windowed_attention(q, k, v, windows, backend=backend, dropout_p=p)  # (B, H, T, D)
+            y = windowed_attention(q, k, v, windows, backend=backend, dropout_p=p, sinks=self.sinks)  # (B, H, T, D)
         if self.observer is not None:
             self.observer(self.layer, q, k, v, y)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
@@ -178,6 +179,10 @@ class WindowedGPT(nn.Module):
     @property
     def vocab_size(self) -> int:
         return self.config.vocab_size
+
+    @property
+    def sinks(self) -> int:
+        return self.config.sinks
 
     @property
     def tokenizer(self) -> Tokenizer:

@@ -72,6 +72,11 @@ class WindowedLM(Protocol):
     def vocab_size(self) -> int: ...
 
     @property
+    def sinks(self) -> int:
+        """Sink tokens every head sees besides its window (aah_core/windows.py); 0 for none."""
+        ...
+
+    @property
     def plan(self) -> torch.Tensor:
         """The model's own plan [n_layer, n_head] (full written as seq_len)."""
         ...

@@ -32,6 +32,8 @@ class ModelConfig:
     rope_base: float = 10000.0
     # window choices offered by the controller and the dashboard; None = full
     buckets: list[int | None] = field(default_factory=lambda: [4, 8, 16, 32, 64, 128, None])
+    # attention sinks (StreamingLLM): every head also sees the first `sinks` tokens besides its window
+    sinks: int = 0
 
     def __post_init__(self) -> None:
         check_bounds(self, "model", MODEL_BOUNDS)
@@ -52,6 +54,8 @@ class ModelConfig:
             raise InvalidConfig(f"model.buckets must be strictly increasing; got {self.buckets!r}")
         if finite and finite[-1] > self.seq_len:
             raise InvalidConfig(f"model.buckets: {finite[-1]} is larger than model.seq_len={self.seq_len}; use null for full")
+        if isinstance(self.sinks, bool) or not isinstance(self.sinks, int) or not 0 <= self.sinks <= self.seq_len:
+            raise InvalidConfig(f"model.sinks must be an integer in [0, model.seq_len={self.seq_len}]; got {self.sinks!r}")
         if None in self.buckets[:-1]:
             raise InvalidConfig("model.buckets: null (full) may only be the last bucket")
 

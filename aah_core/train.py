@@ -272,7 +272,7 @@ def optimize_step(run: _Run, ddp: torch.nn.Module, step: int) -> dict[str, float
 
 def _plan_metrics(model: WindowedGPT, cfg: RunConfig) -> dict[str, float]:
     T = cfg.model.seq_len
-    metrics = coverage_metrics(model.plan, T)
+    metrics = coverage_metrics(model.plan, T, cfg.model.sinks)
     fractions = window_fractions(model.plan, cfg.model.bucket_windows, T)
     metrics.update({f"window_frac/{k}": v for k, v in fractions.items()})
     return metrics

@@ -2,8 +2,11 @@
 
 For head h with window w_h (an integer >= 1), query i attends to keys j with
 ``i - w_h < j <= i``: the w_h most recent keys, itself included. ``w_h >= T`` is full
-causal attention. A plan is an integer tensor ``[n_layer, n_head]``; in JSON it is a
-list of lists where ``null`` means full.
+causal attention. A model may also keep ``s`` sink tokens (``ModelConfig.sinks``, default 0):
+every head then also sees the first s keys, so query i attends key j iff ``j <= i`` and
+(``j > i - w_h`` or ``j < s``), StreamingLLM's rule; every coverage metric below counts them.
+A plan is an integer tensor ``[n_layer, n_head]``; in JSON it is a list of lists where ``null``
+means full. The sink count is the model's, not the plan's: plan JSON is the same with or without.
 
 This module is the engine's plan type and its one JSON codec: `decode_window` / `validate_plan`
 read user or stored JSON (an int >= 1 or null; ints >= T are full) into the tensor form,
@@ -119,48 +122,62 @@ def check_head_windows(windows: Sequence[int] | torch.Tensor, n_head: int) -> tu
     return tuple(out)
 
 
-def pair_count(window: int, seq_len: int) -> int:
-    """Attended (query, key) pairs of one head: w*T - w*(w-1)/2 with w = min(window, T)."""
+def check_sinks(value: Any, where: str = "sinks") -> int:
+    """A sink count from user input: an integer >= 0 (bools, floats and strings are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidWindowPlan(f"{where}: got {value!r}; expected an integer >= 0 (the number of sink tokens)")
+    return value
+
+
+def pair_count(window: int, seq_len: int, sinks: int = 0) -> int:
+    """Attended (query, key) pairs of one head: w*T - w*(w-1)/2 with w = min(window, T), plus the sink pairs.
+
+    Row i >= w sees min(s, i - w + 1) sink keys outside its window: over the m = T - w such rows
+    that is 1 + 2 + .. + min(m, s), then s for each row after the s-th."""
     w = min(int(window), seq_len)
-    return w * seq_len - w * (w - 1) // 2
+    m, s = seq_len - w, min(sinks, seq_len - w)
+    return w * seq_len - w * (w - 1) // 2 + s * (s + 1) // 2 + s * (m - s)
 
 
-def acr(plan: torch.Tensor, seq_len: int) -> float:
-    """The paper's Attention Coverage Ratio: mean over heads of min(w, T) / T (ignores the causal triangle)."""
-    return float(plan.clamp(max=seq_len).double().mean() / seq_len)
+def acr(plan: torch.Tensor, seq_len: int, sinks: int = 0) -> float:
+    """The paper's Attention Coverage Ratio: mean over heads of min(w + s, T) / T (ignores the causal triangle)."""
+    return float((plan + sinks).clamp(max=seq_len).double().mean() / seq_len)
 
 
-def causal_coverage(plan: torch.Tensor, seq_len: int) -> float:
+def causal_coverage(plan: torch.Tensor, seq_len: int, sinks: int = 0) -> float:
     """Attended (query, key) pairs over full causal pairs, summed over every head of every layer."""
-    attended = sum(pair_count(w, seq_len) for w in plan.flatten().tolist())
+    attended = sum(pair_count(w, seq_len, sinks) for w in plan.flatten().tolist())
     return attended / (plan.numel() * seq_len * (seq_len + 1) // 2)
 
 
-def _tiles_touched(window: int, n_blocks: int, block: int) -> int:
-    """Causal tiles (q_block >= k_block) that hold at least one pair with q - k < window."""
+def _tiles_touched(window: int, n_blocks: int, block: int, sinks: int = 0) -> int:
+    """Causal tiles (q_block >= k_block) that hold at least one pair with q - k < window or k < sinks."""
+    sink_blocks = math.ceil(sinks / block)  # key blocks that hold a sink key
     touched = 0
     for gap in range(n_blocks):  # gap = q_block - k_block; tiles with this gap: n_blocks - gap
         # the closest pair in a tile with gap >= 1 is q = q_block*b, k = k_block*b + b - 1
         closest = 0 if gap == 0 else (gap - 1) * block + 1
         if closest <= window - 1:
             touched += n_blocks - gap
+        else:  # outside the window only the sink key blocks (k_block < sink_blocks) are touched
+            touched += min(sink_blocks, n_blocks - gap)
     return touched
 
 
-def tile_coverage(plan: torch.Tensor, seq_len: int, block: int = DEFAULT_TILE) -> float:
+def tile_coverage(plan: torch.Tensor, seq_len: int, block: int = DEFAULT_TILE, sinks: int = 0) -> float:
     """Fraction of causal block x block tiles a block-sparse windowed kernel must touch."""
     n_blocks = math.ceil(seq_len / block)
     causal_tiles = n_blocks * (n_blocks + 1) // 2
-    touched = sum(_tiles_touched(min(w, seq_len), n_blocks, block) for w in plan.flatten().tolist())
+    touched = sum(_tiles_touched(min(w, seq_len), n_blocks, block, sinks) for w in plan.flatten().tolist())
     return touched / (plan.numel() * causal_tiles)
 
 
-def coverage_metrics(plan: torch.Tensor, seq_len: int) -> dict[str, float]:
-    """The three coverage metrics under their contract names."""
+def coverage_metrics(plan: torch.Tensor, seq_len: int, sinks: int = 0) -> dict[str, float]:
+    """The three coverage metrics under their contract names (`sinks`: the model's sink tokens)."""
     return {
-        "acr": acr(plan, seq_len),
-        "causal_coverage": causal_coverage(plan, seq_len),
-        "tile_coverage": tile_coverage(plan, seq_len),
+        "acr": acr(plan, seq_len, sinks),
+        "causal_coverage": causal_coverage(plan, seq_len, sinks),
+        "tile_coverage": tile_coverage(plan, seq_len, sinks=sinks),
     }
 
 

@@ -15,6 +15,7 @@ per-head plan with coverage <= budget and low loss:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -27,7 +28,8 @@ from aah_core.inference.cost import ModelShape, plan_cost
 from aah_core.model_api import WindowedLM
 from aah_core.windows import acr, causal_coverage, tile_coverage
 
-METRICS = {"causal_coverage": causal_coverage, "acr": acr, "tile_coverage": tile_coverage}
+# each takes (plan, seq_len, sinks=...)
+METRICS: dict[str, Callable[..., float]] = {"causal_coverage": causal_coverage, "acr": acr, "tile_coverage": tile_coverage}
 
 
 @dataclass
@@ -49,11 +51,12 @@ class _Search:
 
     def __init__(self, model: WindowedLM, batch: EvalBatch, metric: str, backend: str) -> None:
         self.model, self.metric = model, metric
-        self.T = model.seq_len
+        self.T, self.sinks = model.seq_len, model.sinks
         self.windows = torch.tensor(sorted({min(b, self.T) for b in model.buckets}), dtype=torch.long)
         self.K = len(self.windows)
         fn = METRICS[metric]
-        self.cost = torch.tensor([fn(w.view(1, 1), self.T) for w in self.windows], dtype=torch.float64)  # (K,)
+        self.cost = torch.tensor([fn(w.view(1, 1), self.T, sinks=self.sinks) for w in self.windows],
+                                 dtype=torch.float64)  # (K,)
         self.ev = PrefixCachedEvaluator(model, batch, backend)
         self.evaluations = 0
 
@@ -74,8 +77,8 @@ class _Search:
     def point(self, idx: torch.Tensor, loss: float) -> dict[str, float]:
         plan = self.plan(idx)
         kv_bytes = plan_cost(plan, self.T, ModelShape.of(self.model)).kv_bytes  # at context T
-        return {"acr": acr(plan, self.T), "causal_coverage": causal_coverage(plan, self.T), "kv_bytes": kv_bytes,
-                "loss": loss}
+        return {"acr": acr(plan, self.T, self.sinks), "causal_coverage": causal_coverage(plan, self.T, self.sinks),
+                "kv_bytes": kv_bytes, "loss": loss}
 
 
 def _descend(search: _Search, delta: torch.Tensor, full_loss: float, budget: float, refine: int):

@@ -1,9 +1,10 @@
 """windowed_attention(): attention in which every head has its own causal window.
 
 Semantics (one definition everywhere): head h with window w lets query i attend keys j
-with i - w < j <= i. Backends are modules with NAME, SUPPORTS_GRAD, available(device)
-and attend(q, k, v, windows, dropout_p, scale); optionally supports_grad(device) (which
-then overrides SUPPORTS_GRAD) and check_inputs(device, dtype, dropout_p, head_dim) -> reason or "".
+with i - w < j <= i, and with s sink tokens also keys j < s (j <= i always; StreamingLLM's
+rule). Backends are modules with NAME, SUPPORTS_GRAD, available(device) and
+attend(q, k, v, windows, dropout_p, scale, sinks); optionally supports_grad(device) (which
+then overrides SUPPORTS_GRAD) and check_inputs(device, dtype, dropout_p, head_dim, sinks) -> reason or "".
 
 `auto` picks the fastest usable backend (bench/attention.py has the measurements):
 CPU -> banded (compiled flex is forward-only there, slower to start and not faster);
@@ -23,7 +24,7 @@ import torch
 
 from aah_core.attention import banded, flash, flex, reference
 from aah_core.errors import BackendUnavailable
-from aah_core.windows import check_head_windows
+from aah_core.windows import check_head_windows, check_sinks
 
 BACKENDS: dict[str, ModuleType] = {m.NAME: m for m in (reference, banded, flex, flash)}
 AUTO_ORDER = {"cuda": ("flash", "flex", "banded")}  # every other device: banded
@@ -59,6 +60,7 @@ def _why_not(
     dtype: torch.dtype | None,
     dropout_p: float,
     head_dim: int | None,
+    sinks: int = 0,
 ) -> str:
     ok, reason = mod.available(device)
     if not ok:
@@ -67,7 +69,7 @@ def _why_not(
         return f"forward-only on {device.type}; gradients were requested (use 'banded' or torch.no_grad())"
     check = getattr(mod, "check_inputs", None)
     if check is not None and dtype is not None:
-        return check(device, dtype, dropout_p, head_dim)
+        return check(device, dtype, dropout_p, head_dim, sinks)
     return ""
 
 
@@ -78,17 +80,18 @@ def resolve_backend(
     dtype: torch.dtype | None = None,
     dropout_p: float = 0.0,
     head_dim: int | None = None,
+    sinks: int = 0,
 ) -> ModuleType:
     """The backend module for a name (or `auto`), or a BackendUnavailable saying why it can't run."""
     device = torch.device(device)
     if backend == "auto":
         for name in AUTO_ORDER.get(device.type, ("banded",)):
-            if not _why_not(BACKENDS[name], device, needs_grad, dtype, dropout_p, head_dim):
+            if not _why_not(BACKENDS[name], device, needs_grad, dtype, dropout_p, head_dim, sinks):
                 return BACKENDS[name]
         return BACKENDS["banded"]
     if backend not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {backend!r}; choose one of {['auto', *BACKENDS]}")
-    reason = _why_not(BACKENDS[backend], device, needs_grad, dtype, dropout_p, head_dim)
+    reason = _why_not(BACKENDS[backend], device, needs_grad, dtype, dropout_p, head_dim, sinks)
     if reason:
         raise BackendUnavailable(f"backend {backend!r}: {reason}")
     return BACKENDS[backend]
@@ -117,6 +120,7 @@ def windowed_attention(
     backend: str = "auto",
     dropout_p: float = 0.0,
     scale: float | None = None,
+    sinks: int = 0,
 ) -> torch.Tensor:
     """Causal attention with one window per head.
 
@@ -126,23 +130,25 @@ def windowed_attention(
         backend: "auto" or one of available_backends().
         dropout_p: attention-probability dropout (applied whenever > 0).
         scale: score scale; default 1/sqrt(D).
+        sinks: every query also sees the first `sinks` keys (StreamingLLM's attention sinks); 0 = none.
     Returns:
         [B, H, T, D].
     """
     _check_qkv(q, k, v)
     head_windows = check_head_windows(windows, q.shape[1])
+    sinks = check_sinks(sinks)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    mod = resolve_backend(backend, q.device, needs_grad, q.dtype, dropout_p, q.shape[-1])
+    mod = resolve_backend(backend, q.device, needs_grad, q.dtype, dropout_p, q.shape[-1], sinks)
     try:
-        return mod.attend(q, k, v, head_windows, dropout_p, scale)
+        return mod.attend(q, k, v, head_windows, dropout_p, scale, sinks)
     except BackendUnavailable as exc:
         if backend != "auto" or mod is banded:
             raise
         if str(exc) not in _fallbacks_logged:
             _fallbacks_logged.add(str(exc))
             logger.warning("auto attention falls back to 'banded': %s", exc)
-        return banded.attend(q, k, v, head_windows, dropout_p, scale)
+        return banded.attend(q, k, v, head_windows, dropout_p, scale, sinks)
 
 

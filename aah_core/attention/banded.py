@@ -13,6 +13,11 @@ windowed bucket (w < T) splits its query rows in two:
 Work is ``w^2/2 + (T-w)(c+w-1)`` pairs against ``T^2/2`` for causal, so the band is
 never worse than causal plus ``c`` keys per row; it is exact for every w, so there is no
 inexact "just use causal" fallback. Rows always keep their own key: no NaN, even at w=1.
+
+With s sink tokens the head rows are ``i < w + s`` (their window reaches the sinks, so they
+see every earlier key) and every body block's keys are the s sink keys followed by its band:
+the sink columns are one dense ``[c, s]`` block of the mask (every body row sees every sink),
+so the work per body row is ``c + w - 1 + s`` keys against the ``w + s`` it attends.
 """
 
 from __future__ import annotations
@@ -69,41 +74,52 @@ def block_size(w: int, needs_grad: bool, device_type: str = "cpu") -> int:
 
 
 @functools.lru_cache(maxsize=64)
-def band_mask(c: int, w: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """[c, c+w-1] additive mask: query r of a block sees window columns r .. r+w-1."""
+def band_mask(c: int, w: int, dtype: torch.dtype, device: torch.device, sinks: int = 0) -> torch.Tensor:
+    """[c, sinks + c+w-1] additive mask: query r of a block sees every sink column, then window columns r .. r+w-1."""
     r = torch.arange(c, device=device).view(c, 1)
     j = torch.arange(c + w - 1, device=device).view(1, c + w - 1)
     allowed = (j >= r) & (j <= r + w - 1)
-    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
+    band = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
+    return F.pad(band, (sinks, 0))  # the sink block: zeros (allowed) for every row
+
+
+def _block_keys(t: torch.Tensor, start: int, n: int, c: int, L: int) -> torch.Tensor:
+    """[B, Hb, T, D] -> [B*Hb, n, L, D]: block b gets positions start + b*c .. start + b*c + L-1.
+
+    One unfold view, no copy; right-padded so the last block has L keys (padded keys are only
+    ever seen by padded query rows, which are dropped)."""
+    padded = F.pad(t, (0, 0, -start, start + n * c + L - c - t.shape[2]))  # (B, Hb, n*c + L - c, D)
+    return padded.unfold(2, L, c).transpose(-1, -2).flatten(0, 1)
 
 
 def windowed_bucket(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: int, dropout_p: float, scale: float | None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: int, dropout_p: float, scale: float | None,
+    sinks: int = 0,
 ) -> torch.Tensor:
-    """Exact window-w causal attention for one bucket. q, k, v: [B, Hb, T, D] -> [B, Hb, T, D]."""
+    """Exact window-w causal attention (with `sinks` sink keys) for one bucket. q, k, v: [B, Hb, T, D] -> [B, Hb, T, D]."""
     B, Hb, T, D = q.shape
-    if w >= T:
+    h = w + sinks  # rows i < w + s still see the whole prefix (their window reaches the sinks)
+    if h >= T:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
-    q_head, q_body = q.split([w, T - w], dim=2)  # (B, Hb, w, D), (B, Hb, T-w, D)
+    q_head, q_body = q.split([h, T - h], dim=2)  # (B, Hb, h, D), (B, Hb, T-h, D)
     head = F.scaled_dot_product_attention(
-        q_head, k[:, :, :w], v[:, :, :w], dropout_p=dropout_p, is_causal=True, scale=scale
-    )  # (B, Hb, w, D): rows that still see the whole prefix
+        q_head, k[:, :, :h], v[:, :, :h], dropout_p=dropout_p, is_causal=True, scale=scale
+    )  # (B, Hb, h, D)
     wants_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     c = block_size(w, wants_grad, q.device.type)
-    n = -(-(T - w) // c)  # query blocks over rows w .. T-1
-    L = c + w - 1  # keys per block
-    qb = F.pad(q_body, (0, 0, 0, n * c - (T - w)))  # (B, Hb, n*c, D)
+    n = -(-(T - h) // c)  # query blocks over rows h .. T-1
+    L = c + w - 1  # window keys per block
+    qb = F.pad(q_body, (0, 0, 0, n * c - (T - h)))  # (B, Hb, n*c, D)
     qb = qb.reshape(B * Hb, n, c, D)  # (B*Hb, n, c, D)
-    # block b's keys start at position 1 + b*c; right-pad so the last block has L keys
-    # (padded keys are only ever seen by padded query rows, which are dropped)
-    kpad = n * c + w - T
-    kk = F.pad(k, (0, 0, -1, kpad))  # (B, Hb, n*c + w - 1, D): drops key 0, pads the end
-    vv = F.pad(v, (0, 0, -1, kpad))
-    kb = kk.unfold(2, L, c).transpose(-1, -2).flatten(0, 1)  # (B*Hb, n, L, D) overlapping view
-    vb = vv.unfold(2, L, c).transpose(-1, -2).flatten(0, 1)  # (B*Hb, n, L, D)
-    mask = band_mask(c, w, q.dtype, q.device)  # (c, L), broadcast over (B*Hb, n)
+    # block b's first query is h + b*c, so its window keys start at h + b*c - w + 1 = s + 1 + b*c
+    kb = _block_keys(k, sinks + 1, n, c, L)  # (B*Hb, n, L, D) overlapping view
+    vb = _block_keys(v, sinks + 1, n, c, L)
+    if sinks:  # the same s sink keys in front of every block's band
+        kb, vb = (torch.cat([t[:, :, :sinks].unsqueeze(2).expand(B, Hb, n, sinks, D).flatten(0, 1), tb], dim=2)
+                  for t, tb in ((k, kb), (v, vb)))  # (B*Hb, n, s + L, D)
+    mask = band_mask(c, w, q.dtype, q.device, sinks)  # (c, s + L), broadcast over (B*Hb, n)
     body = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout_p, scale=scale)
-    body = body.reshape(B, Hb, n * c, D)[:, :, : T - w]  # (B, Hb, T-w, D)
+    body = body.reshape(B, Hb, n * c, D)[:, :, : T - h]  # (B, Hb, T-h, D)
     return torch.cat([head, body], dim=2)  # (B, Hb, T, D)
 
 
@@ -142,9 +158,10 @@ def attend(
     windows: tuple[int, ...],
     dropout_p: float,
     scale: float | None,
+    sinks: int = 0,
 ) -> torch.Tensor:
-    """q, k, v: [B, H, T, D]; windows: H ints >= 1. Returns [B, H, T, D]."""
+    """q, k, v: [B, H, T, D]; windows: H ints >= 1; sinks: keys every query also sees. Returns [B, H, T, D]."""
     def bucket(qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, w: int) -> torch.Tensor:
-        return windowed_bucket(qb, kb, vb, w, dropout_p, scale)
+        return windowed_bucket(qb, kb, vb, w, dropout_p, scale, sinks)
 
     return run_buckets(q, k, v, windows, bucket)

@@ -5,7 +5,10 @@ and each bucket runs with ``window_size=(w-1, 0)``: FA's bounds are inclusive, s
 to the left plus the query itself is exactly our w keys. Kernels skip the tiles left of
 the window. Two providers, in order: the ``flash_attn`` package (dropout supported), then
 torch's own ``torch.nn.attention.varlen.varlen_attn`` when it accepts ``window_size``.
-Both take float16/bfloat16 only.
+Both take float16/bfloat16 only. Neither has sink tokens (a window plus the first s keys
+is not one contiguous band, and merging a separate sink block needs the kernel's log-sum-exp
+with a gradient, which these kernels don't give), so calls with sinks > 0 are refused here
+and `auto` takes flex or banded for them.
 """
 
 from __future__ import annotations
@@ -59,8 +62,12 @@ def supports_grad(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def check_inputs(device: torch.device, dtype: torch.dtype, dropout_p: float, head_dim: int | None = None) -> str:
+def check_inputs(
+    device: torch.device, dtype: torch.dtype, dropout_p: float, head_dim: int | None = None, sinks: int = 0
+) -> str:
     """Reason flash can't run such inputs, or ""."""
+    if sinks > 0:
+        return "flash kernels have no sink tokens (one contiguous window per call); use 'flex' or 'banded' for sinks"
     if dtype not in (torch.float16, torch.bfloat16):
         return f"flash kernels take float16/bfloat16, not {dtype}; use 'flex' or 'banded' for {dtype}"
     if head_dim is not None and (head_dim % 8 or head_dim > MAX_HEAD_DIM):
@@ -95,10 +102,11 @@ def attend(
     windows: tuple[int, ...],
     dropout_p: float,
     scale: float | None,
+    sinks: int = 0,
 ) -> torch.Tensor:
-    """q, k, v: [B, H, T, D] on CUDA, float16/bfloat16; windows: H ints >= 1. Returns [B, H, T, D]."""
+    """q, k, v: [B, H, T, D] on CUDA, float16/bfloat16; windows: H ints >= 1; sinks must be 0. Returns [B, H, T, D]."""
     ok, why = available(q.device)
-    reason = why if not ok else check_inputs(q.device, q.dtype, dropout_p, q.shape[-1])
+    reason = why if not ok else check_inputs(q.device, q.dtype, dropout_p, q.shape[-1], sinks)
     if reason:
         raise BackendUnavailable(f"backend 'flash': {reason}")
     def bucket(qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, w: int) -> torch.Tensor:

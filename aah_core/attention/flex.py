@@ -84,7 +84,9 @@ def supports_grad(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def check_inputs(device: torch.device, dtype: torch.dtype, dropout_p: float, head_dim: int | None = None) -> str:
+def check_inputs(
+    device: torch.device, dtype: torch.dtype, dropout_p: float, head_dim: int | None = None, sinks: int = 0
+) -> str:
     """Reason flex can't run such inputs, or ""."""
     if dropout_p > 0.0:
         return "FlexAttention has no attention dropout; use 'banded' (or 'flash' on CUDA) for dropout"
@@ -94,14 +96,15 @@ def check_inputs(device: torch.device, dtype: torch.dtype, dropout_p: float, hea
 
 
 @functools.lru_cache(maxsize=64)
-def block_mask(windows: tuple[int, ...], T: int, device: torch.device) -> Any:
-    """The BlockMask for one layer's windows at length T (broadcast over batch); cached."""
+def block_mask(windows: tuple[int, ...], T: int, device: torch.device, sinks: int = 0) -> Any:
+    """The BlockMask for one layer's windows (and the model's sink keys) at length T (broadcast over batch); cached."""
     from torch.nn.attention.flex_attention import BlockMask
 
     windows = tuple(min(w, T) for w in windows)
-    mask_mod = generate_window_mask(torch.tensor(windows, device=device))
+    sinks = min(sinks, T)  # one mask (and one compiled mask_mod) for every sink count >= T
+    mask_mod = generate_window_mask(torch.tensor(windows, device=device), sinks)
     return BlockMask.from_kv_blocks(
-        *window_block_tables(windows, T, BLOCK, device),
+        *window_block_tables(windows, T, BLOCK, device, sinks),
         BLOCK_SIZE=BLOCK,
         mask_mod=mask_mod,
         seq_lengths=(T, T),
@@ -128,8 +131,9 @@ def attend(
     windows: tuple[int, ...],
     dropout_p: float,
     scale: float | None,
+    sinks: int = 0,
 ) -> torch.Tensor:
-    """q, k, v: [B, H, T, D]; windows: H ints >= 1. Returns [B, H, T, D]."""
+    """q, k, v: [B, H, T, D]; windows: H ints >= 1; sinks: keys every query also sees. Returns [B, H, T, D]."""
     reason = check_inputs(q.device, q.dtype, dropout_p)
     if reason:
         raise BackendUnavailable(f"backend 'flex': {reason}")
@@ -140,7 +144,7 @@ def attend(
             "use 'banded' to train, or call under torch.no_grad()"
         )
     T = q.shape[-2]
-    mask = block_mask(tuple(min(w, T) for w in windows), T, q.device)
+    mask = block_mask(tuple(min(w, T) for w in windows), T, q.device, sinks)
     try:
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
             out, compiled = _compiled()(q, k, v, mask, scale)

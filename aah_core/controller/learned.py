@@ -27,22 +27,24 @@ from aah_core.windows import pair_count
 PHASES = ("full", "soft", "hard")
 
 
-def bucket_costs(buckets: list[int], seq_len: int, metric: str) -> torch.Tensor:
-    """Coverage of one head at each bucket [K] (causal_coverage or acr): the plan's coverage is their mean."""
+def bucket_costs(buckets: list[int], seq_len: int, metric: str, sinks: int = 0) -> torch.Tensor:
+    """Coverage of one head at each bucket [K] (causal_coverage or acr, sink keys counted): the plan's is their mean."""
     full = seq_len * (seq_len + 1) / 2
     if metric == "acr":
-        return torch.tensor([min(w, seq_len) / seq_len for w in buckets], dtype=torch.float64)
-    return torch.tensor([pair_count(w, seq_len) / full for w in buckets], dtype=torch.float64)
+        return torch.tensor([min(w + sinks, seq_len) / seq_len for w in buckets], dtype=torch.float64)
+    return torch.tensor([pair_count(w, seq_len, sinks) / full for w in buckets], dtype=torch.float64)
 
 
-def soft_window_bias(probs: torch.Tensor, buckets: list[int], T: int) -> torch.Tensor:
-    """probs: [H, K] over buckets -> additive score bias [H, T, T]: log m_h(i - j), -inf where j > i."""
+def soft_window_bias(probs: torch.Tensor, buckets: list[int], T: int, sinks: int = 0) -> torch.Tensor:
+    """probs: [H, K] over buckets -> additive score bias [H, T, T]: log m_h(i - j), -inf where j > i,
+    and 0 (always seen) at the sink keys j < sinks."""
     d = torch.arange(T, device=probs.device)
     covers = (d.view(1, T) < torch.tensor(buckets, device=probs.device).clamp(max=T).view(-1, 1)).to(probs.dtype)  # (K, T)
     log_m = (probs @ covers).clamp(min=1e-12).log()  # (H, T): log P(window > d)
     dist = d.view(T, 1) - d.view(1, T)  # (T, T): i - j
     bias = log_m[:, dist.clamp(min=0)]  # (H, T, T)
-    return bias.masked_fill(dist < 0, float("-inf"))
+    sink = (d.view(1, T) < sinks) & (dist >= 0)  # (T, T)
+    return bias.masked_fill(sink, 0.0).masked_fill(dist < 0, float("-inf"))
 
 
 def repair_to_budget(idx: torch.Tensor, logits: torch.Tensor, costs: torch.Tensor, budget: float) -> torch.Tensor:
@@ -70,7 +72,7 @@ class LearnedBudgetController(Controller):
         self.s = s
         m = config.model
         self.T, self.buckets = m.seq_len, m.bucket_windows
-        self.costs = bucket_costs(self.buckets, self.T, s.budget_metric)
+        self.costs = bucket_costs(self.buckets, self.T, s.budget_metric, model.sinks)
         self.param = nn.Parameter(torch.zeros(m.n_layer, m.n_head, len(self.buckets), device=model.plan.device))
         steps = config.train.max_steps
         self.start_step = int(round(s.start * steps))
@@ -98,7 +100,8 @@ class LearnedBudgetController(Controller):
 
     def _set_bias(self, on: bool) -> None:
         for layer in range(self.model.n_layer):
-            bias = lambda T, layer=layer: soft_window_bias(self.probs()[layer], self.buckets, T)  # noqa: E731
+            bias = lambda T, layer=layer: soft_window_bias(  # noqa: E731
+                self.probs()[layer], self.buckets, T, self.model.sinks)
             self.model.block(layer).attn.window_bias = bias if on else None
 
     def _argmax_plan(self, idx: torch.Tensor) -> torch.Tensor:

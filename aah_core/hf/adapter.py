@@ -139,6 +139,10 @@ class HFWindowedLM(nn.Module):
         return self._vocab
 
     @property
+    def sinks(self) -> int:
+        return 0  # the adapter runs the model's own layout: no sink tokens
+
+    @property
     def plan(self) -> torch.Tensor:
         return self._plan
 

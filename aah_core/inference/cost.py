@@ -2,11 +2,12 @@
 
 Exact figures are pure functions of the plan, the context N and the model's shape:
 
-- KV-cache entries: sum over layers and key/value heads of min(N, w), where a kv head's
-  window is the largest among the query heads that share it (grouped-query attention);
+- KV-cache entries: sum over layers and key/value heads of min(N, w + s), where a kv head's
+  window w is the largest among the query heads that share it (grouped-query attention) and
+  s the model's sink tokens (kept besides the window);
   bytes = entries * 2 (k and v) * head_dim * bytes per element, for one sequence.
-- attention score pairs: sum over query heads of w*N - w*(w-1)/2 with w = min(w_h, N)
-  (aah_core.windows.pair_count); the full plan has N*(N+1)/2 per head.
+- attention score pairs: sum over query heads of w*N - w*(w-1)/2 with w = min(w_h, N), plus
+  the sink pairs (aah_core.windows.pair_count); the full plan has N*(N+1)/2 per head.
 
 Measured figures (prefill time, decode-step time at context N, peak memory on CUDA) are
 taken for the plan and the full plan in the same run, interleaved, and given as ratios.
@@ -38,12 +39,13 @@ class ModelShape:
     head_dim: int
     seq_len: int
     dtype_bytes: int = 4
+    sinks: int = 0
 
     @classmethod
     def of(cls, model: WindowedLM) -> ModelShape:
         param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
         size = param.element_size() if param is not None else 4
-        return cls(model.n_layer, model.n_head, model.n_kv_head, model.head_dim, model.seq_len, size)
+        return cls(model.n_layer, model.n_head, model.n_kv_head, model.head_dim, model.seq_len, size, model.sinks)
 
 
 @dataclass(frozen=True)
@@ -88,10 +90,10 @@ def plan_cost(plan: torch.Tensor, context: int, shape: ModelShape) -> PlanCost:
         raise AAHError(f"plan shape {tuple(plan.shape)} != ({shape.n_layer}, {shape.n_head})")
     context = check_context(context, shape.seq_len)
     windows = kv_windows(plan, shape.n_kv_head, context)
-    entries = sum(map(sum, windows))
+    entries = sum(min(w + shape.sinks, context) for row in windows for w in row)  # each window and its sinks
     entries_full = shape.n_layer * shape.n_kv_head * context
     per_entry = 2 * shape.head_dim * shape.dtype_bytes  # a key and a value
-    pairs = sum(pair_count(w, context) for w in plan.flatten().tolist())
+    pairs = sum(pair_count(w, context, shape.sinks) for w in plan.flatten().tolist())
     pairs_full = shape.n_layer * shape.n_head * pair_count(context, context)
     return PlanCost(context, entries, entries_full, entries * per_entry, entries_full * per_entry, pairs,
                     pairs_full, shape.n_kv_head, windows)

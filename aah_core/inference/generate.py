@@ -77,7 +77,7 @@ def sample(logits: torch.Tensor, sampling: Sampling, gen: torch.Generator | None
 
 def new_cache(model: WindowedLM, plan: torch.Tensor, backend: str = "auto") -> KVCache:
     """An empty per-head cache for `model` under `plan` ([n_layer, n_head])."""
-    return KVCache(plan, model.n_kv_head, model.seq_len, backend)
+    return KVCache(plan, model.n_kv_head, model.seq_len, backend, model.sinks)
 
 
 @torch.no_grad()

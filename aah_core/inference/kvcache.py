@@ -16,6 +16,11 @@ the README: at 4 heads one call costs the same as one call per window bucket, at
 When every kv head has the same window the segments are equal and the buffer is a plain
 [B, n, W, D] tensor: one SDPA call with a mask only where a query head sees less than its kv head.
 
+Sink tokens (a model with s > 0): every ring also keeps the first s positions for good. Its first
+s slots hold them, and position p >= s lives in slot s + (p - s) mod W, so a head holds
+min(t, W + s) positions and a query head sees a slot when it is inside its window or holds a
+sink. Without sinks this is the rolling buffer above.
+
 Keys are cached after the rotary rotation: a cached key already carries its position,
 so the slot order inside a buffer does not matter to attention (softmax over a set).
 
@@ -39,6 +44,7 @@ import torch.nn.functional as F
 
 from aah_core.attention import windowed_attention
 from aah_core.errors import InvalidWindowPlan
+from aah_core.windows import check_sinks
 
 MIN_CAPACITY = 16  # a growing buffer starts with at least this many slots
 
@@ -69,10 +75,10 @@ class _Layout:
     """Where each kv head's ring lies in the flat buffer: per slot its kv head and its index in that
     ring; per (query head, slot) the query head's window, or 0 for another kv head's slot."""
 
-    def __init__(self, kv_windows: torch.Tensor, q_windows: torch.Tensor, capacity: int) -> None:
+    def __init__(self, kv_windows: torch.Tensor, q_windows: torch.Tensor, capacity: int, spans: torch.Tensor) -> None:
         self.kv_windows = kv_windows  # (n,)
         self.q_windows = q_windows  # (n, g)
-        self.capacities = kv_windows.clamp(max=capacity)  # (n,)
+        self.capacities = spans.clamp(max=capacity)  # (n,) spans: the most positions each head keeps
         self.offsets = torch.cumsum(self.capacities, 0) - self.capacities  # (n,)
         self.slots = int(self.capacities.sum())
         self.head = torch.repeat_interleave(torch.arange(len(kv_windows)), self.capacities)  # (S,)
@@ -81,9 +87,10 @@ class _Layout:
         # query head h (kv head h // g) sees slot s holding position p at step pos iff pos - p < reach[h, s]
         owner = (torch.arange(n * g) // g).unsqueeze(1) == self.head.unsqueeze(0)  # (H, S)
         self.reach = torch.where(owner, q_windows.reshape(-1, 1), 0)  # (H, S)
+        self.owner = owner  # (H, S) for the sink slots, which every query head of the kv head sees
 
     def to(self, device: torch.device) -> _Layout:
-        for name in ("kv_windows", "q_windows", "capacities", "offsets", "head", "ring", "reach"):
+        for name in ("kv_windows", "q_windows", "capacities", "offsets", "head", "ring", "reach", "owner"):
             setattr(self, name, getattr(self, name).to(device))
         return self
 
@@ -91,11 +98,15 @@ class _Layout:
 class LayerKVCache:
     """One layer's cache under one row of a plan (query-head windows), for a model with n_kv_head kv heads."""
 
-    def __init__(self, windows: Sequence[int], n_kv_head: int, max_len: int, backend: str = "auto") -> None:
+    def __init__(
+        self, windows: Sequence[int], n_kv_head: int, max_len: int, backend: str = "auto", sinks: int = 0
+    ) -> None:
         self.windows = tuple(min(int(w), max_len) for w in windows)
         if any(w < 1 for w in self.windows):
             raise InvalidWindowPlan(f"windows must be integers >= 1; got {list(windows)}")
         self.backend = backend
+        self.max_len = max_len
+        self.sinks = check_sinks(sinks)
         self.n_kv_head = n_kv_head
         self.group = len(self.windows) // n_kv_head
         self.kv_windows = kv_head_windows(self.windows, n_kv_head)
@@ -103,7 +114,8 @@ class LayerKVCache:
         self._q_windows = torch.tensor(self.windows).view(n_kv_head, self.group)  # (n, g)
         self.uniform = len(set(self.kv_windows)) == 1  # equal segments: the buffer is [B, n, W, D]
         self.masked = bool((self._q_windows < self._kv_windows.unsqueeze(1)).any())  # a query head sees less
-        self.max_window = max(self.kv_windows)
+        self._spans = (self._kv_windows + self.sinks).clamp(max=max_len)  # (n,) positions a head keeps at most
+        self.max_window = int(self._spans.max())
         self.capacity = 0  # slots of a head whose window is larger (the others have their window's)
         self.layout: _Layout | None = None
         self.k: torch.Tensor | None = None  # (B, slots, D)
@@ -127,21 +139,22 @@ class LayerKVCache:
 
     def _relayout(self, capacity: int, device: torch.device) -> _Layout:
         self.capacity = capacity
-        self.layout = _Layout(self._kv_windows, self._q_windows, capacity).to(device)
+        self.layout = _Layout(self._kv_windows, self._q_windows, capacity, self._spans).to(device)
         return self.layout
 
     def _prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
         T = k.shape[2]
         lay = self._relayout(T, k.device)  # capacity min(W, T): exactly the positions kept
-        # slot of each head's ring r holds position T-1 - ((T-1 - r) mod W): the last min(T, W) positions
+        # slot r < s of a ring holds sink r; slot r >= s position T-1 - ((T-1 - r) mod W): the last positions
         held = (T - 1) - ((T - 1) - lay.ring) % lay.kv_windows[lay.head]  # (S,)
+        held = torch.where(lay.ring < self.sinks, lay.ring, held)
         self.k = k[:, lay.head, held]  # (B, S, D)
         self.v = v[:, lay.head, held]
         self.held = held
         if self.group > 1:  # each query head reads its kv head
             k = k.repeat_interleave(self.group, dim=1)  # (B, H, T, D)
             v = v.repeat_interleave(self.group, dim=1)
-        return windowed_attention(q, k, v, self.windows, backend=self.backend, scale=scale)
+        return windowed_attention(q, k, v, self.windows, backend=self.backend, scale=scale, sinks=self.sinks)
 
     def _grow(self) -> None:
         """Double the rings that are full and shorter than their window (all at once: they hold the same t)."""
@@ -168,11 +181,11 @@ class LayerKVCache:
         assert lay is not None
         if self.uniform:
             return self._uniform_step(q, k, v, scale)
-        slots = lay.offsets + pos % lay.kv_windows  # (n,): slot pos mod W of each head's ring
+        slots = lay.offsets + self._slot(pos, lay.kv_windows)  # (n,): this position's slot in each head's ring
         self.k.index_copy_(1, slots, k[:, :, 0])
         self.v.index_copy_(1, slots, v[:, :, 0])
         self.held.index_fill_(0, slots, pos)
-        visible = (pos - self.held) < lay.reach  # (H, S): own kv head's slots, inside the query head's window
+        visible = self._visible(pos, self.held, lay.reach, lay.owner)  # (H, S): own kv head's slots
         out = F.scaled_dot_product_attention(q.view(B, 1, H, D), self.k.unsqueeze(1), self.v.unsqueeze(1),
                                              attn_mask=visible, scale=scale)  # the heads as one query block
         return out.view(B, H, 1, D)
@@ -183,26 +196,38 @@ class LayerKVCache:
         B, H, _, D = q.shape
         pos, n = self.start, self.n_kv_head
         L = self.layout.slots // n
-        slot = pos % self.kv_windows[0]
+        slot = int(self._slot(pos, self.kv_windows[0]))
         keys, values = self.k.view(B, n, L, D), self.v.view(B, n, L, D)
         keys[:, :, slot], values[:, :, slot] = k[:, :, 0], v[:, :, 0]
         held = self.held.view(n, L)
         held[:, slot] = pos
         length = min(pos + 1, L)  # slots held: the ring's first `length`
         mask = None
-        if self.masked:  # (n, g, length): inside each query head's own window
-            mask = (pos - held[:, :length]).unsqueeze(1) < self.layout.q_windows.unsqueeze(-1)
+        if self.masked or self.sinks:  # (n, g, length): inside each query head's own window, or a sink
+            mask = self._visible(pos, held[:, :length].unsqueeze(1), self.layout.q_windows.unsqueeze(-1), True)
         out = F.scaled_dot_product_attention(q.view(B, n, self.group, D), keys[:, :, :length], values[:, :, :length],
                                              attn_mask=mask, scale=scale)
         return out.view(B, H, 1, D)
+
+    def _slot(self, pos: int, windows: torch.Tensor | int) -> torch.Tensor | int:
+        """Position pos's slot in rings of these windows: itself while a sink, else s + (pos - s) mod W."""
+        return pos if pos < self.sinks else self.sinks + (pos - self.sinks) % windows
+
+    def _visible(self, pos: int, held: torch.Tensor, reach: torch.Tensor, owner: torch.Tensor | bool) -> torch.Tensor:
+        """Whether a slot holding position `held` is seen at step pos: inside the window, or an owned sink."""
+        inside = (pos - held) < reach
+        if not self.sinks:
+            return inside
+        return inside | ((held >= 0) & (held < self.sinks) & owner)  # EMPTY (< 0) holds no sink
 
     def sizes(self) -> list[BucketSize]:
         """Per distinct kv-head window: heads, positions held, slots per head."""
         out = []
         for w in dict.fromkeys(self.kv_windows):
             n = self.kv_windows.count(w)
-            capacity = 0 if self.layout is None else min(w, self.capacity)
-            out.append(BucketSize(w, n, min(self.start, w), capacity))
+            span = min(w + self.sinks, self.max_len)  # its sinks and its window
+            capacity = 0 if self.layout is None else min(span, self.capacity)
+            out.append(BucketSize(w, n, min(self.start, span), capacity))
         return out
 
     def nbytes(self) -> int:
@@ -217,10 +242,10 @@ class KVCache:
     """A model's per-head KV cache under a plan: one LayerKVCache per layer."""
 
     def __init__(
-        self, plan: torch.Tensor, n_kv_head: int, max_len: int, backend: str = "auto"
+        self, plan: torch.Tensor, n_kv_head: int, max_len: int, backend: str = "auto", sinks: int = 0
     ) -> None:
         self.max_len = max_len
-        self.layers = [LayerKVCache(row, n_kv_head, max_len, backend) for row in plan.tolist()]
+        self.layers = [LayerKVCache(row, n_kv_head, max_len, backend, sinks) for row in plan.tolist()]
 
     @property
     def start(self) -> int:

@@ -77,7 +77,7 @@ def _own_windows(registry: Registry, model_id: str) -> ModelWindowsResponse:
     lm = registry.get(model_id)
     T = lm.info.seq_len
     return ModelWindowsResponse(model_id=model_id, seq_len=T, windows=plan_to_json(lm.plan, T),
-                                **coverage_metrics(lm.plan, T),
+                                **coverage_metrics(lm.plan, T, lm.model.sinks),
                                 **analysis.cost_fields(analysis.exact_cost(lm, lm.plan, T)).model_dump())
 
 

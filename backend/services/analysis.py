@@ -103,7 +103,7 @@ def evaluate(registry: Registry, lm: LoadedModel, body: EvaluateRequest) -> Eval
         delta_pct=100.0 * delta / baseline if baseline else 0.0,
         perplexity=math.exp(min(loss, 700.0)), windows=plan_to_json(plan, lm.info.seq_len),
         eval_set=body.eval_set, elapsed_ms=(time.perf_counter() - t0) * 1000, cached=cached,
-        per_token=per_token, **coverage_metrics(plan, lm.info.seq_len),
+        per_token=per_token, **coverage_metrics(plan, lm.info.seq_len, lm.model.sinks),
         **cost_fields(exact_cost(lm, plan, lm.info.seq_len)).model_dump(),
     )
 
@@ -258,7 +258,7 @@ def allocate(registry: Registry, lm: LoadedModel, body: AllocateRequest) -> Allo
             baseline_loss=baseline, held_out=held_out, held_out_loss=held_loss, held_out_baseline_loss=held_base,
             curve=[CurvePoint(acr=p["acr"], causal_coverage=p["causal_coverage"], kv_bytes=p.get("kv_bytes"),
                               loss=p["loss"]) for p in result.curve],
-            **coverage_metrics(result.plan, T),
+            **coverage_metrics(result.plan, T, lm.model.sinks),
         )
         registry.remember(key, hit)
     return hit

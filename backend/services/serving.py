@@ -34,7 +34,7 @@ def round_windows(registry: Registry, lm: LoadedModel, body: RoundRequest) -> Ro
     rounding, loss, base = _round(registry, lm, body)
     T = lm.info.seq_len
     return RoundResponse(
-        **cost_fields(exact_cost(lm, rounding.plan, T)).model_dump(), **coverage_metrics(rounding.plan, T),
+        **cost_fields(exact_cost(lm, rounding.plan, T)).model_dump(), **coverage_metrics(rounding.plan, T, lm.model.sinks),
         windows=plan_to_json(rounding.plan, T),
         granularity=body.granularity, mode=body.mode, loss=loss, plan_loss=base, delta=loss - base,
         kv_bytes_plan=rounding.kv_bytes_plan, window=rounding.chosen.window, candidates=len(rounding.candidates),

@@ -41,6 +41,14 @@ def test_auto_skips_flash_for_a_head_dim_it_cannot_take(fake_gpu):
         resolve_backend("flash", CUDA, True, torch.bfloat16, 0.0, head_dim=12)
 
 
+def test_auto_skips_flash_for_sink_tokens(fake_gpu):
+    fake_gpu.setattr(flex, "_probe", lambda device: True)
+    assert resolve_backend("auto", CUDA, True, torch.bfloat16, 0.0, head_dim=64, sinks=0) is flash
+    assert resolve_backend("auto", CUDA, True, torch.bfloat16, 0.0, head_dim=64, sinks=4) is flex
+    with pytest.raises(BackendUnavailable, match="no sink tokens"):
+        resolve_backend("flash", CUDA, True, torch.bfloat16, 0.0, head_dim=64, sinks=4)
+
+
 def test_flash_needs_sm80(fake_gpu):
     fake_gpu.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
     ok, reason = flash.available(CUDA)

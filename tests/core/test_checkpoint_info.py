@@ -66,3 +66,18 @@ def test_verify_checks_every_tensor_against_the_config(saved):
     save_file(state, str(saved / "model.safetensors"))
     with pytest.raises(CheckpointError, match=rf"missing \['{re.escape(name)}'\]"):
         verify_checkpoint(saved)
+
+
+def test_a_model_without_sinks_writes_its_config_as_before_and_one_with_sinks_round_trips(tiny_config, tmp_path):
+    from aah_core.config import apply_overrides
+    from aah_core.model import WindowedGPT
+
+    plain = save_checkpoint(tmp_path / "plain", WindowedGPT(tiny_config.model), tiny_config)
+    # sinks = 0 is not written at all: checkpoints from before sink tokens and after are the same bytes
+    assert "sinks" not in json.loads((plain / "config.json").read_text())["config"]["model"]
+    assert load_checkpoint(plain).config.model.sinks == 0
+    sunk = apply_overrides(tiny_config, {"model.sinks": 4})
+    path = save_checkpoint(tmp_path / "sunk", WindowedGPT(sunk.model), sunk)
+    assert json.loads((path / "config.json").read_text())["config"]["model"]["sinks"] == 4
+    ckpt = load_checkpoint(path)
+    assert ckpt.config.model.sinks == 4 and ckpt.model.sinks == 4

@@ -24,6 +24,18 @@ def test_one_hot_soft_window_is_the_hard_window():
     torch.testing.assert_close(soft, hard)
 
 
+def test_one_hot_soft_window_with_sinks_is_the_hard_window_with_sinks():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8, dtype=torch.float64) for _ in range(3))
+    buckets = [2, 5, 16]
+    bias = soft_window_bias(torch.eye(3, dtype=torch.float64), buckets, 16, sinks=3)
+    soft = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    hard = windowed_attention(q, k, v, buckets, backend="reference", sinks=3)
+    torch.testing.assert_close(soft, hard)
+    assert torch.equal(bucket_costs(buckets, 16, "causal_coverage", 3),
+                       torch.tensor([causal_coverage(torch.tensor([[w]]), 16, 3) for w in buckets], dtype=torch.float64))
+
+
 def test_soft_window_weights_each_distance_by_the_probability_of_being_covered():
     probs = torch.tensor([[0.25, 0.75]])  # window 2 with 0.25, window 4 with 0.75
     bias = soft_window_bias(probs, [2, 4], 4)

@@ -10,9 +10,10 @@ from aah_core.model import WindowedGPT
 from aah_core.model_config import ModelConfig
 
 
-def _model() -> WindowedGPT:
+def _model(sinks: int = 0) -> WindowedGPT:
     torch.manual_seed(0)
-    return WindowedGPT(ModelConfig(n_layer=2, n_head=4, d_model=32, seq_len=32, buckets=[4, 8, None])).eval()
+    cfg = ModelConfig(n_layer=2, n_head=4, d_model=32, seq_len=32, buckets=[4, 8, None], sinks=sinks)
+    return WindowedGPT(cfg).eval()
 
 
 @pytest.mark.parametrize("w, N", [(1, 1), (1, 10), (7, 3), (7, 7), (7, 20), (32, 32)])
@@ -24,22 +25,34 @@ def test_one_head_caches_min_w_n_positions(w, N):
     assert (cost.kv_entries_full, cost.kv_bytes_full) == (N, N * 2 * 8 * 4)
 
 
-def _count_pairs(w: int, N: int) -> int:
-    return sum(1 for i in range(N) for j in range(N) if i - w < j <= i)
+def _count_pairs(w: int, N: int, s: int = 0) -> int:
+    return sum(1 for i in range(N) for j in range(N) if j <= i and (i - w < j or j < s))
 
 
-def test_attention_pairs_equal_a_count_of_the_allowed_query_key_pairs():
+@pytest.mark.parametrize("sinks", [0, 1, 4, 32])
+def test_attention_pairs_equal_a_count_of_the_allowed_query_key_pairs(sinks):
     plan = torch.tensor([[1, 3, 32, 9], [5, 32, 2, 17]])
-    shape = ModelShape.of(_model())
+    shape = ModelShape.of(_model(sinks))
     for N in (1, 4, 9, 20, 32):
-        counted = sum(_count_pairs(w, N) for w in plan.flatten().tolist())
+        counted = sum(_count_pairs(w, N, sinks) for w in plan.flatten().tolist())
         cost = plan_cost(plan, N, shape)
         assert cost.attention_pairs == counted
         assert cost.attention_pairs_full == 8 * N * (N + 1) // 2
 
 
-def test_exact_kv_bytes_equal_the_decoding_cache_at_every_context():
-    model = _model()
+@pytest.mark.parametrize("w, s, N", [(1, 4, 3), (1, 4, 10), (7, 4, 20), (30, 4, 32), (7, 0, 20), (2, 40, 32)])
+def test_one_head_caches_its_window_and_its_sinks(w, s, N):
+    shape = ModelShape(n_layer=1, n_head=1, n_kv_head=1, head_dim=8, seq_len=32, sinks=s)
+    cost = plan_cost(torch.tensor([[w]]), N, shape)
+    # the distinct positions a decode step at N-1 may read: the first s and the last w of 0..N-1
+    held = len(set(range(min(s, N))) | set(range(max(0, N - w), N)))
+    assert cost.kv_entries == held
+    assert cost.kv_bytes == held * 2 * 8 * 4
+
+
+@pytest.mark.parametrize("sinks", [0, 3])
+def test_exact_kv_bytes_equal_the_decoding_cache_at_every_context(sinks):
+    model = _model(sinks)
     plan = torch.tensor([[1, 3, 32, 9], [5, 32, 2, 17]])
     shape = ModelShape.of(model)
     cache = new_cache(model, plan)

@@ -164,3 +164,24 @@ def test_seeded_generation_repeats():
             for s in (3, 3, 4)]
     assert torch.equal(runs[0].tokens, runs[1].tokens)
     assert not torch.equal(runs[0].tokens, runs[2].tokens)
+
+
+def test_a_model_with_sink_tokens_decodes_exactly_and_its_sinks_change_the_logits():
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=2, n_head=4, d_model=32, seq_len=T, buckets=[3, 5, None], sinks=2)
+    model = WindowedGPT(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.3)
+    plan = torch.tensor(PLANS["mixed"])
+    idx = torch.randint(0, 256, (2, T), generator=torch.Generator().manual_seed(1))
+    decoded = _decode_logits(model, idx, plan, 3)
+    with torch.no_grad():
+        for i, logits in enumerate(decoded):
+            t = 2 + i
+            ref = model(idx[:, : t + 1], plan=plan, backend="reference")[0][:, -1]
+            torch.testing.assert_close(logits, ref, rtol=0, atol=1e-5, msg=f"position {t}")
+        plain = WindowedGPT(ModelConfig(n_layer=2, n_head=4, d_model=32, seq_len=T, buckets=[3, 5, None])).eval()
+        plain.load_state_dict(model.state_dict())  # the same weights without sinks see less at the last position
+        assert not torch.allclose(plain(idx, plan=plan, backend="reference")[0][:, -1], ref)

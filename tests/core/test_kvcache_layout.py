@@ -14,7 +14,7 @@ from aah_core.inference.kvcache import LayerKVCache
 N_STEPS = 40  # past two doublings (16 -> 32 -> 40) and past every window below
 
 
-def _decode(windows: tuple[int, ...], n_kv_head: int, prompt_len: int, seed: int = 0):
+def _decode(windows: tuple[int, ...], n_kv_head: int, prompt_len: int, seed: int = 0, sinks: int = 0):
     """(cached outputs at every position, the float64 reference over the whole sequence)."""
     gen = torch.Generator().manual_seed(seed)
     H, D = len(windows), 8
@@ -22,8 +22,9 @@ def _decode(windows: tuple[int, ...], n_kv_head: int, prompt_len: int, seed: int
     k = torch.randn(2, n_kv_head, N_STEPS, D, generator=gen, dtype=torch.float64)
     v = torch.randn(2, n_kv_head, N_STEPS, D, generator=gen, dtype=torch.float64)
     g = H // n_kv_head
-    ref = windowed_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), windows, backend="reference")
-    cache = LayerKVCache(windows, n_kv_head=n_kv_head, max_len=64)
+    ref = windowed_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), windows, backend="reference",
+                             sinks=sinks)
+    cache = LayerKVCache(windows, n_kv_head=n_kv_head, max_len=64, sinks=sinks)
     outs = [cache.attend(q[:, :, :prompt_len], k[:, :, :prompt_len], v[:, :, :prompt_len])]
     for t in range(prompt_len, N_STEPS):
         outs.append(cache.attend(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1]))
@@ -47,6 +48,20 @@ def test_flat_cache_decoding_equals_the_float64_reference_at_every_position(case
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     for s in cache.sizes():  # every ring holds min(t, w) positions in at most w slots
         assert s.length == min(N_STEPS, s.window) <= s.capacity <= s.window
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("prompt_len, sinks", [(1, 3), (2, 3), (20, 3), (5, 1), (1, 30)])
+def test_sink_tokens_stay_in_the_cache_and_decoding_is_exact(case, prompt_len, sinks):
+    windows, n_kv_head = CASES[case]
+    out, ref, cache = _decode(windows, n_kv_head, prompt_len, sinks=sinks)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    for s in cache.sizes():  # every ring holds its sinks and its window: min(t, w + s) positions
+        span = min(s.window + sinks, 64)
+        assert s.length == min(N_STEPS, span) <= s.capacity <= span
+    entries = sum(s.length * s.n_kv_head for s in cache.sizes())
+    itemsize = 8  # float64
+    assert cache.nbytes() == 2 * 2 * 8 * itemsize * entries  # k and v, batch 2, D 8
 
 
 class _CountOps(TorchDispatchMode):

@@ -8,6 +8,7 @@ from aah_core.windows import (
     acr,
     causal_coverage,
     check_head_windows,
+    coverage_metrics,
     pair_count,
     plan_to_json,
     tile_coverage,
@@ -85,3 +86,38 @@ def test_the_json_codec_writes_full_as_null_and_reads_null_as_full():
     assert plan_to_json([[None, 32], [4, 16]], 16) == [[None, None], [4, None]]
     with pytest.raises(InvalidWindowPlan, match="where: window 0"):
         decode_window(0, 16, "where")
+
+
+def _rule(w: int, s: int, T: int) -> torch.Tensor:
+    """[T, T] bool from the sink rule: j <= i and (j > i - w or j < s)."""
+    i, j = torch.arange(T).view(T, 1), torch.arange(T).view(1, T)
+    return (j <= i) & ((j > i - w) | (j < s))
+
+
+@pytest.mark.parametrize("T", [1, 7, 64, 200])
+@pytest.mark.parametrize("s", [0, 1, 4, 9, 300])
+@pytest.mark.parametrize("w", [1, 3, 16, 63, 64, 500])
+def test_sink_coverage_counts_every_sink_pair_exactly(w, s, T):
+    pairs = int(_rule(w, s, T).sum())  # counted from the rule
+    assert pair_count(w, T, s) == pairs
+    plan = torch.tensor([[w, T]])
+    assert causal_coverage(plan, T, s) == (pairs + T * (T + 1) // 2) / (T * (T + 1))
+    # acr: keys the last query sees (its window and the sinks outside it) over T
+    last_row = int(_rule(w, s, T)[-1].sum())
+    assert acr(plan, T, s) == pytest.approx((last_row + T) / (2 * T), rel=1e-12)
+
+
+@pytest.mark.parametrize("w, s, T, block", [(1, 4, 300, 128), (3, 130, 300, 128), (200, 2, 512, 128), (5, 0, 260, 64)])
+def test_sink_tile_coverage_counts_the_touched_tiles(w, s, T, block):
+    allowed = _rule(w, s, T)
+    n = -(-T // block)
+    touched = sum(bool(allowed[a * block:(a + 1) * block, b * block:(b + 1) * block].any())
+                  for a in range(n) for b in range(a + 1))
+    assert tile_coverage(torch.tensor([[w]]), T, block, sinks=s) == touched / (n * (n + 1) // 2)
+
+
+def test_sinks_default_to_the_plain_window_metrics():
+    plan = torch.tensor([[4, 16], [64, 1]])
+    assert coverage_metrics(plan, 64) == coverage_metrics(plan, 64, 0)
+    with_sinks = coverage_metrics(plan, 64, 4)
+    assert all(with_sinks[k] > v for k, v in coverage_metrics(plan, 64).items() if k != "tile_coverage")
