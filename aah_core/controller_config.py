@@ -52,15 +52,24 @@ AAH_BOUNDS: Bounds = {  # sizes bound the scorer's memory; steps bound schedules
 
 @dataclass
 class StaticSettings:
-    """A fixed plan (mode 'static'): ``plan`` (per layer, per head) or one ``window`` for every head; full by default."""
+    """A fixed plan (mode 'static'): ``plan`` (per layer, per head) or one ``window`` for every head; full by default.
+
+    ``global_heads`` g > 0 keeps the first g heads of every layer full and gives the others ``window``
+    (local + global heads, Longformer / Mistral style)."""
 
     mode: ClassVar[str] = "static"
     window: int | None = None
     plan: JsonPlan | None = None
+    global_heads: int = 0
 
     def check(self, model: ModelConfig) -> None:
         if self.window is not None and self.plan is not None:
             raise InvalidConfig("controller.plan and controller.window are exclusive; set one of them")
+        if isinstance(self.global_heads, bool) or not 0 <= self.global_heads <= model.n_head:
+            raise InvalidConfig(f"controller.global_heads must be an integer in [0, model.n_head={model.n_head}]; "
+                                f"got {self.global_heads!r}")
+        if self.global_heads and self.plan is not None:
+            raise InvalidConfig("controller.global_heads goes with controller.window, not with controller.plan")
         if self.window is not None:
             decode_window(self.window, model.seq_len, "controller.window")
         if self.plan is not None:

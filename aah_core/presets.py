@@ -77,6 +77,12 @@ VARIANTS = (
            "control", {**BASE, "controller.mode": "static", "controller.window": 64}),
     Preset("static_per_layer", "Control: one window per layer, small low in the stack (controller.layer_windows)",
            "control", {**BASE, "controller.mode": "static_per_layer"}),
+    Preset("sink_window", "Baseline: StreamingLLM, one sliding window for every head plus 4 sink tokens "
+           "(default 60 + 4 keys; set controller.window)", "control",
+           {**BASE, "controller.mode": "static", "controller.window": 60, "model.sinks": 4}),
+    Preset("local_global", "Baseline: Longformer / Mistral style, controller.global_heads full heads per layer "
+           "and the rest at controller.window (default 1 and 32)", "control",
+           {**BASE, "controller.mode": "static", "controller.window": 32, "controller.global_heads": 1}),
     Preset("learned_budget", "Ours: windows trained with the LM loss under a coverage budget (controller.budget)",
            "ours", {**BASE, "controller.mode": "learned", "controller.budget": 0.3}),
 )

@@ -30,6 +30,7 @@ class Controller:
             plan = validate_plan(s.plan, m.n_layer, m.n_head, m.seq_len)
         else:
             plan = uniform_plan(m.n_layer, m.n_head, m.seq_len, s.window)
+            plan[:, : s.global_heads] = m.seq_len  # local + global: the first heads of every layer stay full
         model.set_plan(plan)
 
     def on_step_start(self, step: int) -> None:

@@ -16,7 +16,7 @@ from aah_core.train import Callback, train
 PAPER = ["baseline", "identity", "grouping_off", "full_adaptive", "shallow_freeze", "deep_practical_reuse",
          "control_off", "fixed_random_grouping", "freeze_after_warmup", "independent_scoring",
          "no_parent_constraint", "no_feature_ema"]
-OURS = ["fixed_window", "static_per_layer", "learned_budget"]
+OURS = ["fixed_window", "static_per_layer", "learned_budget", "sink_window", "local_global"]
 # seq_len 32 with buckets [4, 16, full]; the controller starts after one warmup step and updates every step
 SMALL = {**TINY, "model.seq_len": 32, "model.buckets": [4, 16, None], "data.copy_max_span": 16,
          "train.batch_size": 2, "train.max_steps": 4, "train.eval_every": 4}
@@ -71,6 +71,19 @@ def test_a_static_plan_of_the_wrong_shape_is_refused_when_the_config_is_built():
     assert cfg.controller["plan"] == [[4, None], [16, 99]]
 
 
+def test_local_global_keeps_the_first_heads_full_and_refuses_bad_counts():
+    cfg = apply_overrides(get_preset("local_global"), {**SMALL, "model.n_head": 4, "model.d_model": 32,
+                                                        "controller.global_heads": 2, "controller.window": 4})
+    model = WindowedGPT(cfg.model)
+    build_controller(cfg, model)
+    assert model.plan.tolist() == [[32, 32, 4, 4], [32, 32, 4, 4]]
+    with pytest.raises(InvalidConfig, match="controller.global_heads"):
+        apply_overrides(cfg, {"controller.global_heads": 5})
+    with pytest.raises(InvalidConfig, match="controller.global_heads"):
+        apply_overrides(get_preset("baseline"), {**SMALL, "controller.plan": "[[4, 4], [4, 4]]",
+                                                 "controller.global_heads": 1})
+
+
 def test_every_paper_row_and_control_is_a_preset():
     assert set(PAPER + OURS) <= set(PRESETS)
     assert get_preset("full_adaptive").controller["mode"] == "aah"
@@ -94,6 +107,10 @@ def test_preset_trains_and_round_trips_through_a_checkpoint(name, tmp_path):
         assert ckpt.plan.min() == 32
     if name == "learned_budget":
         assert state["phase"] == "hard"
+    if name == "sink_window":  # a sliding window beside 4 sink tokens, kept by the checkpoint's config
+        assert ckpt.config.model.sinks == 4 and ckpt.model.sinks == 4 and ckpt.plan.unique().tolist() == [32]
+    if name == "local_global":  # head 0 of every layer global (full), the others at the window (32 = full at T=32)
+        assert ckpt.plan[:, 0].tolist() == [32, 32]
     if name == "full_adaptive":  # the §5 diagnostics
         logged = set().union(*rec.metrics)
         assert {"acr", "causal_coverage", "window_frac/full", "ctrl/levels_used", "ctrl/groups_l0", "ctrl/head_reassign",
