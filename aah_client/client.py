@@ -227,9 +227,13 @@ class ApiClient:
 
     # -- live evaluation and diagnostics -------------------------------------------------------------
     def evaluate(
-        self, model_id: str, windows: Plan, eval_set: EvalSet = "mixed", per_token: bool = False
+        self, model_id: str, windows: Plan, eval_set: EvalSet = "mixed", per_token: bool = False,
+        sinks: int | None = None,
     ) -> Json:
-        body = {"windows": windows, "eval_set": eval_set, "per_token": per_token}
+        """The loss of `windows`; `sinks`: sink tokens to evaluate with (None: the model's own)."""
+        body: dict[str, Any] = {"windows": windows, "eval_set": eval_set, "per_token": per_token}
+        if sinks is not None:
+            body["sinks"] = sinks
         return self._post(f"/models/{model_id}/evaluate", body)
 
     def attention(

@@ -76,8 +76,10 @@ class WindowedSelfAttention(nn.Module):
         return q, k, v
 
     def forward(
-        self, x: torch.Tensor, windows: tuple[int, ...], backend: str, cache: LayerCache | None = None
+        self, x: torch.Tensor, windows: tuple[int, ...], backend: str, cache: LayerCache | None = None,
+        sinks: int | None = None,
     ) -> torch.Tensor:
+        """sinks: the sink tokens of this call (None: the model's own)."""
         B, T, C = x.shape
         q, k, v = self.heads(x, 0 if cache is None else cache.start)
         p = self.dropout if self.training else 0.0
@@ -87,7 +89,8 @@ class WindowedSelfAttention(nn.Module):
             bias = self.window_bias(T).to(q.dtype)  # (H, T, T), -inf above the diagonal
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)  # (B, H, T, D)
         else:
-            y = windowed_attention(q, k, v, windows, backend=backend, dropout_p=p, sinks=self.sinks)  # (B, H, T, D)
+            sinks = self.sinks if sinks is None else sinks
+            y = windowed_attention(q, k, v, windows, backend=backend, dropout_p=p, sinks=sinks)  # (B, H, T, D)
         if self.observer is not None:
             self.observer(self.layer, q, k, v, y)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
@@ -114,9 +117,10 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(
-        self, x: torch.Tensor, windows: tuple[int, ...], backend: str, cache: LayerCache | None = None
+        self, x: torch.Tensor, windows: tuple[int, ...], backend: str, cache: LayerCache | None = None,
+        sinks: int | None = None,
     ) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), windows, backend, cache)
+        x = x + self.attn(self.ln1(x), windows, backend, cache, sinks)
         return x + self.mlp(self.ln2(x))
 
 
@@ -221,17 +225,19 @@ class WindowedGPT(nn.Module):
     def run_layers(
         self, x: torch.Tensor, plan: torch.Tensor, start: int = 0, end: int | None = None, backend: str = "auto",
         residuals: list[torch.Tensor] | None = None, cache: Sequence[LayerCache] | None = None,
+        sinks: int | None = None,
     ) -> torch.Tensor:
         """Run blocks start..end-1 on residual x [B, T, C]; appends each block's input to `residuals`.
 
         With `cache` (one LayerCache per layer, aah_core/kvcache.py) x holds the positions after the
-        cached ones and attention goes through the cache, which was built for `plan`.
+        cached ones and attention goes through the cache, which was built for `plan` (and its sinks).
+        `sinks`: sink tokens for this call instead of the model's own (None).
         """
         windows = plan.tolist()
         for layer in range(start, self.config.n_layer if end is None else end):
             if residuals is not None:
                 residuals.append(x)
-            x = self.blocks[layer](x, tuple(windows[layer]), backend, None if cache is None else cache[layer])
+            x = self.blocks[layer](x, tuple(windows[layer]), backend, None if cache is None else cache[layer], sinks)
         return x
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

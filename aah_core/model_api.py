@@ -96,9 +96,11 @@ class WindowedLM(Protocol):
     def run_layers(
         self, x: torch.Tensor, plan: torch.Tensor, start: int = 0, end: int | None = None, backend: str = "auto",
         residuals: list[torch.Tensor] | None = None, cache: Sequence[LayerCache] | None = None,
+        sinks: int | None = None,
     ) -> torch.Tensor:
         """Run layers start..end-1 on the residual x under `plan`; appends each layer's input to `residuals`.
-        With `cache` (one LayerCache per layer) attention goes through the caches (generation)."""
+        With `cache` (one LayerCache per layer) attention goes through the caches (generation).
+        `sinks`: the sink tokens of this call (None: the model's own, `self.sinks`)."""
         ...
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

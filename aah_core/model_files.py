@@ -32,6 +32,7 @@ class ModelDescription:
     n_params: int
     dtype: str
     preset: str | None
+    sinks: int = 0  # sink tokens every head sees besides its window (aah_core/windows.py)
 
 
 @dataclass
@@ -71,7 +72,7 @@ def describe_model(path: str | Path, seq_len: int | None = None, roots: ReadRoot
     if seq_len is not None and seq_len != m.seq_len:
         raise CheckpointError(f"{path}: an AAH Studio checkpoint is evaluated at its own seq_len={m.seq_len}")
     return ModelDescription(AAH_FAMILY, m.n_layer, m.n_head, m.seq_len, m.bucket_windows, info.n_params, "float32",
-                            info.config.preset)
+                            info.config.preset, m.sinks)
 
 
 def open_model(path: str | Path, seq_len: int | None = None, roots: ReadRoots | None = None) -> OpenedModel:

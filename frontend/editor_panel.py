@@ -56,6 +56,16 @@ def cell_editor(model: dict, own: list, hist: history.PlanHistory, kv_group: int
                             (st.session_state[lkey], st.session_state[hkey]), lkey, hkey, kv_group)
 
 
+def sink_editor(model: dict) -> int | None:
+    """The sink tokens to evaluate with (StreamingLLM: every head also sees the first s tokens): a number
+    input starting at the model's own count. None while it is the model's own (the API's default)."""
+    own = int(model.get("sinks") or 0)
+    sinks = st.number_input(
+        "Sink tokens", min_value=0, max_value=int(model["seq_len"]), value=own, step=1, key=f"editor._sinks.{model['id']}",
+        help=f"Every head also sees the first N tokens besides its window. This model was trained with {own}.")
+    return None if int(sinks) == own else int(sinks)
+
+
 def _on_bulk(hist: history.PlanHistory, what: str) -> None:
     """Set a whole layer or head index from the bulk widgets' current values. A callback, so the
     history (Undo, the caption) already holds the edit when the panel draws."""

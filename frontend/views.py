@@ -55,9 +55,11 @@ def plan_for(model: dict, encoded: str) -> tuple[list, list, list[str]]:
     return plans.normalize_plan(plan, model["seq_len"]), own, ignored
 
 
-def evaluate(model_id: str, plan: list, eval_set: str) -> dict:
-    """POST /evaluate with per-token losses; identical plans are served from the cache (undo/redo)."""
-    return api.cached("evaluate", model_id, plan, eval_set=eval_set, per_token=True)
+def evaluate(model_id: str, plan: list, eval_set: str, sinks: int | None = None) -> dict:
+    """POST /evaluate with per-token losses; identical plans are served from the cache (undo/redo).
+    `sinks`: sink tokens other than the model's own (None: its own, not sent)."""
+    extra = {} if sinks is None else {"sinks": sinks}
+    return api.cached("evaluate", model_id, plan, eval_set=eval_set, per_token=True, **extra)
 
 
 def metric_lines(result: dict) -> list[str]:

@@ -46,6 +46,7 @@ class PrefixCachedEvaluator:
         self.batch = batch.to(model_device(model))
         self.backend = backend
         self._plan: torch.Tensor | None = None
+        self._sinks = model.sinks  # the sink tokens the cached residuals were computed with
         self._residuals: list[torch.Tensor] = []  # residual entering each layer under self._plan
         self._final: torch.Tensor | None = None
         self.layers_recomputed = 0  # of the last call, for tests and benchmarks
@@ -58,23 +59,26 @@ class PrefixCachedEvaluator:
         return int(changed[0]) if len(changed) else self.model.n_layer
 
     @torch.no_grad()
-    def final_residual(self, plan: torch.Tensor) -> torch.Tensor:
-        start = self.first_changed_layer(plan)
+    def final_residual(self, plan: torch.Tensor, sinks: int | None = None) -> torch.Tensor:
+        """The final residual under `plan` and `sinks` (None: the model's own); other sinks change every layer."""
+        sinks = self.model.sinks if sinks is None else sinks
+        start = self.first_changed_layer(plan) if sinks == self._sinks else 0
         if start == self.model.n_layer and self._final is not None:
             self.layers_recomputed = 0
             return self._final
         x = self.model.embed(self.batch.idx) if start == 0 else self._residuals[start]
         residuals = self._residuals[:start]
-        self._final = self.model.run_layers(x, plan, start=start, backend=self.backend, residuals=residuals)
-        self._residuals, self._plan = residuals, plan.clone()
+        self._final = self.model.run_layers(x, plan, start=start, backend=self.backend, residuals=residuals,
+                                            sinks=sinks)
+        self._residuals, self._plan, self._sinks = residuals, plan.clone(), sinks
         self.layers_recomputed = self.model.n_layer - start
         return self._final
 
     @torch.no_grad()
-    def loss(self, plan: torch.Tensor) -> float:
-        return _mean_loss(self.token_losses(plan), self.batch.targets)
+    def loss(self, plan: torch.Tensor, sinks: int | None = None) -> float:
+        return _mean_loss(self.token_losses(plan, sinks), self.batch.targets)
 
     @torch.no_grad()
-    def token_losses(self, plan: torch.Tensor) -> torch.Tensor:
-        """Per-token losses [B, T] (0 where the target is ignored)."""
-        return self.model.token_losses(self.final_residual(plan), self.batch.targets)
+    def token_losses(self, plan: torch.Tensor, sinks: int | None = None) -> torch.Tensor:
+        """Per-token losses [B, T] (0 where the target is ignored) under `plan` and `sinks` (None: the model's)."""
+        return self.model.token_losses(self.final_residual(plan, sinks), self.batch.targets)

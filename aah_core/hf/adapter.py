@@ -230,6 +230,7 @@ class HFWindowedLM(nn.Module):
     def run_layers(
         self, x: torch.Tensor, plan: torch.Tensor, start: int = 0, end: int | None = None, backend: str = "auto",
         residuals: list[torch.Tensor] | None = None, cache: Sequence[LayerCache] | None = None,
+        sinks: int | None = None,
     ) -> torch.Tensor:
         first = 0 if cache is None else cache[start].start  # position of x's first row
         self._check_length(first + x.shape[1])
@@ -239,7 +240,8 @@ class HFWindowedLM(nn.Module):
             if residuals is not None:
                 residuals.append(x)
             args, kwargs = calls[layer]
-            token = CURRENT.set(LayerCall(tuple(windows[layer]), backend, cache=None if cache is None else cache[layer]))
+            token = CURRENT.set(LayerCall(tuple(windows[layer]), backend, cache=None if cache is None else cache[layer],
+                                          sinks=sinks or 0))
             try:
                 out = self._layers[layer](x, *args, **kwargs)
             finally:

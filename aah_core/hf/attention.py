@@ -33,6 +33,7 @@ class LayerCall:
     backend: str = "auto"
     capture: bool = False
     cache: LayerCache | None = None  # generation: the layer's KV cache attends instead
+    sinks: int = 0  # sink tokens every head sees besides its window
 
 
 class Captured(Exception):
@@ -74,7 +75,8 @@ def windowed_attention_forward(
     key, value = repeat_kv_heads(key, H), repeat_kv_heads(value, H)
     if call.capture:  # q rescaled so that the default 1/sqrt(D) gives this layer's own scores
         raise Captured(query * (scale * math.sqrt(D)), key)
-    out = windowed_attention(query, key, value, call.windows, backend=call.backend, scale=scale)  # (B, H, T, D)
+    out = windowed_attention(query, key, value, call.windows, backend=call.backend, scale=scale,
+                             sinks=call.sinks)  # (B, H, T, D)
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -47,6 +47,7 @@ class ModelInfo(Response):
     eval_seqs: int = Field(description="sequences in each evaluation set")
     precision: PrecisionInfo | None = Field(
         None, description="a Hugging Face model's measured dtype choice and its loss difference (null until loaded)")
+    sinks: int = Field(0, description="sink tokens every head sees besides its window (the model's own; 0: none)")
 
 
 class ModelUnavailable(Response):
@@ -114,6 +115,8 @@ class EvaluateRequest(Request):
     windows: Plan
     eval_set: EvalSet = "mixed"
     per_token: bool = False
+    sinks: StrictInt | None = Field(None, ge=0, description="sink tokens to evaluate with, at most seq_len; "
+                                                            "null: the model's own (its baseline keeps its own)")
 
 
 class PerTokenLosses(Response):
@@ -136,6 +139,7 @@ class EvaluateResponse(CoverageFields, CostFields):
     elapsed_ms: float
     cached: bool
     per_token: PerTokenLosses | None = None
+    sinks: int = Field(0, description="the sink tokens the plan was evaluated with (coverage and cost count them)")
 
 
 # ---- attention and diagnostics -----------------------------------------------------------

@@ -4,6 +4,7 @@ response schema; the numerics live in the engine (aah_core.analysis.evaluate, aa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
@@ -45,9 +46,21 @@ def parse_plan(lm: LoadedModel, windows: Any, field: str = "windows") -> torch.T
         raise InvalidInput(f"{field}: {exc}") from None
 
 
-def exact_cost(lm: LoadedModel, plan: torch.Tensor, context: int) -> PlanCost:
-    """The plan's exact figures at `context` (an AAHError, so 422, when the context is outside the model)."""
-    return plan_cost(plan, check_context(context, lm.info.seq_len), ModelShape.of(lm.model))
+def exact_cost(lm: LoadedModel, plan: torch.Tensor, context: int, sinks: int | None = None) -> PlanCost:
+    """The plan's exact figures at `context` (an AAHError, so 422, when the context is outside the model),
+    with `sinks` sink tokens (None: the model's own)."""
+    shape = ModelShape.of(lm.model)
+    shape = shape if sinks is None else dataclasses.replace(shape, sinks=sinks)
+    return plan_cost(plan, check_context(context, lm.info.seq_len), shape)
+
+
+def parse_sinks(lm: LoadedModel, sinks: int | None) -> int:
+    """A requested sink count (None: the model's own), at most the model's seq_len (422 otherwise)."""
+    if sinks is None:
+        return lm.model.sinks
+    if sinks > lm.info.seq_len:
+        raise InvalidInput(f"sinks: {sinks} is more than the model's seq_len={lm.info.seq_len}; use 0..{lm.info.seq_len}")
+    return sinks
 
 
 def cost_fields(cost: PlanCost) -> CostFields:
@@ -61,19 +74,21 @@ def _plan_key(plan: torch.Tensor) -> tuple[int, ...]:
 
 
 def _losses(registry: Registry, lm: LoadedModel, plan: torch.Tensor, eval_set: str,
-            per_token: bool) -> tuple[float, list[float] | None, bool]:
-    """(loss, per-token losses of the first sequence or None, served from cache)."""
-    key = (lm.id, "eval", eval_set, _plan_key(plan), per_token)
+            per_token: bool, sinks: int | None = None) -> tuple[float, list[float] | None, bool]:
+    """(loss, per-token losses of the first sequence or None, served from cache), with `sinks` sink
+    tokens (None: the model's own)."""
+    sinks = lm.model.sinks if sinks is None else sinks
+    key = (lm.id, "eval", eval_set, _plan_key(plan), per_token, sinks)
     hit = registry.cached(key)
     if hit is not None:
         return hit[0], hit[1], True
     with lm.lock:
         evaluator = lm.evaluator(eval_set)
-        loss = evaluator.loss(plan)
-        tokens = evaluator.token_losses(plan)[0].tolist() if per_token else None
+        loss = evaluator.loss(plan, sinks)
+        tokens = evaluator.token_losses(plan, sinks)[0].tolist() if per_token else None
     registry.remember(key, (loss, tokens))
     if per_token:  # the loss alone is now known too
-        registry.remember((lm.id, "eval", eval_set, _plan_key(plan), False), (loss, None))
+        registry.remember((lm.id, "eval", eval_set, _plan_key(plan), False, sinks), (loss, None))
     return loss, tokens, False
 
 
@@ -85,8 +100,9 @@ def plan_loss(registry: Registry, lm: LoadedModel, plan: torch.Tensor, eval_set:
 def evaluate(registry: Registry, lm: LoadedModel, body: EvaluateRequest) -> EvaluateResponse:
     t0 = time.perf_counter()
     plan = parse_plan(lm, body.windows)
+    sinks = parse_sinks(lm, body.sinks)
     baseline, base_tokens, _ = _losses(registry, lm, lm.plan, body.eval_set, body.per_token)
-    loss, tokens, cached = _losses(registry, lm, plan, body.eval_set, body.per_token)
+    loss, tokens, cached = _losses(registry, lm, plan, body.eval_set, body.per_token, sinks)
     per_token = None
     if body.per_token:
         assert tokens is not None and base_tokens is not None, "_losses gives per-token losses when asked"
@@ -103,8 +119,8 @@ def evaluate(registry: Registry, lm: LoadedModel, body: EvaluateRequest) -> Eval
         delta_pct=100.0 * delta / baseline if baseline else 0.0,
         perplexity=math.exp(min(loss, 700.0)), windows=plan_to_json(plan, lm.info.seq_len),
         eval_set=body.eval_set, elapsed_ms=(time.perf_counter() - t0) * 1000, cached=cached,
-        per_token=per_token, **coverage_metrics(plan, lm.info.seq_len, lm.model.sinks),
-        **cost_fields(exact_cost(lm, plan, lm.info.seq_len)).model_dump(),
+        per_token=per_token, sinks=sinks, **coverage_metrics(plan, lm.info.seq_len, sinks),
+        **cost_fields(exact_cost(lm, plan, lm.info.seq_len, sinks)).model_dump(),
     )
 
 

@@ -126,7 +126,7 @@ def _model_info(entry: catalog.CheckpointEntry, d: ModelDescription) -> ModelInf
     seqs = EVAL_SEQS if entry.eval_tokens is None else max(1, entry.eval_tokens // d.seq_len)
     return ModelInfo(id=entry.id, name=entry.name, n_layer=d.n_layer, n_head=d.n_head, seq_len=d.seq_len,
                      preset=entry.preset or d.preset, buckets=buckets, n_params=d.n_params, run_id=entry.run_id,
-                     family=d.family, dtype=d.dtype, eval_seqs=seqs, eval_tokens=seqs * d.seq_len)
+                     family=d.family, dtype=d.dtype, eval_seqs=seqs, eval_tokens=seqs * d.seq_len, sinks=d.sinks)
 
 
 class Registry:

@@ -53,10 +53,11 @@ def panel() -> None:
     with st.expander("Bulk edits and presets"):
         editor_panel.preset_editor(model, own, hist, st.session_state[components.key(PAGE, "metric")])
         editor_panel.bulk_editor(model, hist)
+    sinks = editor_panel.sink_editor(model)
     cell_slot, metrics_slot = st.container(), st.container()
     result = None
     with metrics_slot, api.guard("evaluating the plan"), st.spinner("Evaluating the plan..."):
-        result = views.evaluate(model_id, hist.current, st.session_state[components.key(PAGE, "eval")])
+        result = views.evaluate(model_id, hist.current, st.session_state[components.key(PAGE, "eval")], sinks)
         components.metric_badges(result, figures.kv_group_note(hist.current, own, int(own_info.get("n_kv_head")
                                                                                                   or model["n_head"])))
     with metrics_slot:

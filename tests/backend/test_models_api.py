@@ -311,3 +311,42 @@ def test_every_cost_answer_names_the_kv_heads(client):
     evaluated = client.post(f"{API}/models/demo/evaluate", json={"windows": TINY_PLAN}).json()
     own = client.get(f"{API}/models/demo/windows").json()
     assert evaluated["n_kv_head"] == own["n_kv_head"] == cost["n_kv_head"] >= 1
+
+
+def test_evaluate_with_sink_tokens_is_the_engine_loss_and_counts_the_sinks(client, tiny_demo):
+    from aah_core.inference.cost import ModelShape, plan_cost
+    from aah_core.windows import coverage_metrics
+
+    assert client.get(f"{API}/models/demo").json()["sinks"] == 0  # the model's own count
+    windows, plan = [[4, 4], [4, 1]], torch.tensor([[4, 4], [4, 1]])
+    ckpt = load_checkpoint(tiny_demo)
+    batch = make_eval_batch(ckpt.config, "text", n_seq=4)
+    plain = client.post(f"{API}/models/demo/evaluate", json={"windows": windows, "eval_set": "text"}).json()
+    sunk = client.post(f"{API}/models/demo/evaluate",
+                       json={"windows": windows, "eval_set": "text", "sinks": 3}).json()
+    assert plain["sinks"] == 0 and sunk["sinks"] == 3 and not sunk["cached"]  # another cache entry than sinks 0
+    ckpt.model.eval()
+    with torch.no_grad():  # the same model run with 3 sinks by the engine
+        final = ckpt.model.run_layers(ckpt.model.embed(batch.idx), plan, sinks=3)
+        losses = ckpt.model.token_losses(final, batch.targets)
+    expected = float(losses.sum() / (batch.targets >= 0).sum())
+    assert sunk["loss"] == pytest.approx(expected, abs=1e-6) and sunk["loss"] != plain["loss"]
+    assert sunk["baseline_loss"] == plain["baseline_loss"]  # the baseline is the model as trained
+    assert {k: sunk[k] for k in ("acr", "causal_coverage", "tile_coverage")} == coverage_metrics(plan, 64, 3)
+    assert sunk["kv_bytes"] == plan_cost(plan, 64, ModelShape(**{**ModelShape.of(ckpt.model).__dict__,
+                                                                  "sinks": 3})).kv_bytes > plain["kv_bytes"]
+    # the plain plan after a sinks request is evaluated afresh (the prefix cache knows the sinks changed)
+    again = client.post(f"{API}/models/demo/evaluate", json={"windows": [[4, 4], [4, 2]], "eval_set": "text"}).json()
+    with torch.no_grad():
+        expected_plain = evaluate_loss(ckpt.model, batch, torch.tensor([[4, 4], [4, 2]]))
+    assert again["loss"] == pytest.approx(expected_plain, abs=1e-6)
+
+
+@pytest.mark.parametrize("sinks, status, message", [(-1, 422, "greater than or equal to 0"),
+                                                    (65, 422, "more than the model's seq_len=64"),
+                                                    ("4", 422, "integer"), (1.5, 422, "integer"),
+                                                    (True, 422, "integer")])
+def test_evaluate_refuses_bad_sink_counts_with_a_json_detail(client, sinks, status, message):
+    r = client.post(f"{API}/models/demo/evaluate", json={"windows": TINY_PLAN, "sinks": sinks})
+    assert r.status_code == status
+    assert message in str(r.json()["detail"])

@@ -93,7 +93,7 @@ class FakeApi:
         self._rec("models")
         return [{"id": "demo", "name": "demo", "n_layer": N_LAYER, "n_head": N_HEAD, "seq_len": T,
                  "preset": "demo", "buckets": BUCKETS, "n_params": 1000, "run_id": 1, "family": "aah", "dtype": "float32",
-                 "eval_seqs": 4, "eval_tokens": 4 * T}]
+                 "eval_seqs": 4, "eval_tokens": 4 * T, "sinks": 0}]
 
     def unavailable_models(self):
         self._rec("unavailable_models")
@@ -125,9 +125,10 @@ class FakeApi:
         return [{"name": "demo", "description": "the demo", "group": "demo"},
                 {"name": "aah-v3", "description": "paper", "group": "paper"}]
 
-    def evaluate(self, model_id, windows, eval_set="mixed", per_token=False):
-        self._rec("evaluate", model_id, windows, eval_set=eval_set, per_token=per_token)
-        loss, base = _loss(windows), _loss(OWN)
+    def evaluate(self, model_id, windows, eval_set="mixed", per_token=False, sinks=None):
+        self._rec("evaluate", model_id, windows, eval_set=eval_set, per_token=per_token,
+                  **({} if sinks is None else {"sinks": sinks}))
+        loss, base = _loss(windows) - 0.01 * (sinks or 0), _loss(OWN)
         pt = None
         if per_token:
             pt = {"tokens": ["a", "b", "c", "d"], "loss": [loss] * 4, "baseline": [base] * 4,
@@ -135,7 +136,7 @@ class FakeApi:
         return {"loss": loss, "baseline_loss": base, "delta": loss - base, "delta_pct": 100 * (loss - base) / base,
                 "perplexity": math.exp(loss), **_coverage(windows), **_cost(windows), "windows": windows,
                 "eval_set": eval_set,
-                "elapsed_ms": 12.0, "cached": False, "per_token": pt}
+                "elapsed_ms": 12.0, "cached": False, "per_token": pt, "sinks": sinks or 0}
 
     def attention(self, model_id, layer, head, text_id=None, window="own", text=None, offset=0):
         self._rec("attention", model_id, layer, head, text_id=text_id, window=window,
