@@ -15,9 +15,12 @@ never worse than causal plus ``c`` keys per row; it is exact for every w, so the
 inexact "just use causal" fallback. Rows always keep their own key: no NaN, even at w=1.
 
 With s sink tokens the head rows are ``i < w + s`` (their window reaches the sinks, so they
-see every earlier key) and every body block's keys are the s sink keys followed by its band:
-the sink columns are one dense ``[c, s]`` block of the mask (every body row sees every sink),
-so the work per body row is ``c + w - 1 + s`` keys against the ``w + s`` it attends.
+see every earlier key). For the body, K and V are laid out once in chunks of c keys, each
+chunk preceded by a copy of the s sink keys (``(s + c) / c`` times K, not a copy per block);
+the same unfold then gives every block M = ceil((c+w-1)/c) chunks, and one shared mask keeps
+the first chunk's sinks (one dense ``[c, s]`` block: every body row sees every sink) and the
+band, masking the other chunks' sink copies. Work per body row is ``M (c + s)`` keys against
+the ``w + s`` it attends: about ``c + w + M s``.
 """
 
 from __future__ import annotations
@@ -75,21 +78,45 @@ def block_size(w: int, needs_grad: bool, device_type: str = "cpu") -> int:
 
 @functools.lru_cache(maxsize=64)
 def band_mask(c: int, w: int, dtype: torch.dtype, device: torch.device, sinks: int = 0) -> torch.Tensor:
-    """[c, sinks + c+w-1] additive mask: query r of a block sees every sink column, then window columns r .. r+w-1."""
+    """Additive mask of a block's keys: query r sees window columns r .. r+w-1 of its c+w-1 band keys.
+
+    Without sinks: [c, c+w-1]. With s sinks the keys are M chunks of (s sink copies, c band keys),
+    M = ceil((c+w-1)/c): [c, M (s+c)]; every row sees the first chunk's sinks, no other sink copy."""
+    L = c + w - 1
     r = torch.arange(c, device=device).view(c, 1)
-    j = torch.arange(c + w - 1, device=device).view(1, c + w - 1)
-    allowed = (j >= r) & (j <= r + w - 1)
-    band = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
-    return F.pad(band, (sinks, 0))  # the sink block: zeros (allowed) for every row
+    if not sinks:
+        j = torch.arange(L, device=device).view(1, L)
+        allowed = (j >= r) & (j <= r + w - 1)
+    else:
+        M, P = -(-L // c), sinks + c
+        u = torch.arange(M * P, device=device).view(1, M * P)
+        chunk, offset = u // P, u % P
+        band = chunk * c + offset - sinks  # the column's band index (meaningless on a sink copy)
+        allowed = (u < sinks) | ((offset >= sinks) & (band >= r) & (band <= r + w - 1))
+    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
 
 
-def _block_keys(t: torch.Tensor, start: int, n: int, c: int, L: int) -> torch.Tensor:
-    """[B, Hb, T, D] -> [B*Hb, n, L, D]: block b gets positions start + b*c .. start + b*c + L-1.
+def _block_keys(t: torch.Tensor, start: int, n: int, c: int, L: int, sinks: int = 0) -> torch.Tensor:
+    """[B, Hb, T, D] -> the keys of each of n query blocks, block b's band at positions start + b*c ..
+    start + b*c + L-1: [B*Hb, n, L, D] without sinks, [B*Hb, n, M (s+c), D] with (band_mask's layout).
 
-    One unfold view, no copy; right-padded so the last block has L keys (padded keys are only
-    ever seen by padded query rows, which are dropped)."""
-    padded = F.pad(t, (0, 0, -start, start + n * c + L - c - t.shape[2]))  # (B, Hb, n*c + L - c, D)
-    return padded.unfold(2, L, c).transpose(-1, -2).flatten(0, 1)
+    Without sinks one unfold view, no copy; with sinks one copy of K laid out in chunks (each with
+    the s sink keys in front), then the same kind of view. Right-padded so the last block has all
+    its keys (padded keys are only ever seen by padded query rows, which are dropped)."""
+    B, Hb, T, D = t.shape
+    if not sinks:
+        padded = F.pad(t, (0, 0, -start, start + n * c + L - c - T))  # (B, Hb, n*c + L - c, D)
+        return padded.unfold(2, L, c).transpose(-1, -2).flatten(0, 1)
+    M, P = -(-L // c), sinks + c
+    chunks = n + M - 1  # block b reads chunks b .. b+M-1
+    full, rest = divmod(T - start, c)  # whole chunks of keys, then the last keys
+    laid = t.new_empty(B, Hb, chunks, P, D)  # written once, slice by slice (each write is differentiable)
+    laid[:, :, :, :sinks] = t[:, :, :sinks].unsqueeze(2)
+    laid[:, :, :full, sinks:] = t[:, :, start : start + full * c].reshape(B, Hb, full, c, D)
+    laid[:, :, full:, sinks:] = 0.0  # padding: finite, so no NaN reaches a gradient
+    if rest:
+        laid[:, :, full, sinks : sinks + rest] = t[:, :, start + full * c :]
+    return laid.view(B, Hb, chunks * P, D).unfold(2, M * P, P).transpose(-1, -2).flatten(0, 1)  # (B*Hb, n, M*(s+c), D)
 
 
 def windowed_bucket(
@@ -112,12 +139,9 @@ def windowed_bucket(
     qb = F.pad(q_body, (0, 0, 0, n * c - (T - h)))  # (B, Hb, n*c, D)
     qb = qb.reshape(B * Hb, n, c, D)  # (B*Hb, n, c, D)
     # block b's first query is h + b*c, so its window keys start at h + b*c - w + 1 = s + 1 + b*c
-    kb = _block_keys(k, sinks + 1, n, c, L)  # (B*Hb, n, L, D) overlapping view
-    vb = _block_keys(v, sinks + 1, n, c, L)
-    if sinks:  # the same s sink keys in front of every block's band
-        kb, vb = (torch.cat([t[:, :, :sinks].unsqueeze(2).expand(B, Hb, n, sinks, D).flatten(0, 1), tb], dim=2)
-                  for t, tb in ((k, kb), (v, vb)))  # (B*Hb, n, s + L, D)
-    mask = band_mask(c, w, q.dtype, q.device, sinks)  # (c, s + L), broadcast over (B*Hb, n)
+    kb = _block_keys(k, sinks + 1, n, c, L, sinks)  # (B*Hb, n, keys, D) overlapping view
+    vb = _block_keys(v, sinks + 1, n, c, L, sinks)
+    mask = band_mask(c, w, q.dtype, q.device, sinks)  # (c, keys), broadcast over (B*Hb, n)
     body = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout_p, scale=scale)
     body = body.reshape(B, Hb, n * c, D)[:, :, : T - h]  # (B, Hb, T-h, D)
     return torch.cat([head, body], dim=2)  # (B, Hb, T, D)

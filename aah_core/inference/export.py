@@ -67,6 +67,8 @@ def _readme(name: str, family: str, rounding: Rounding, shape: ModelShape, facts
     load = ('```python\nfrom transformers import AutoModelForCausalLM\n\n'
             f'model = AutoModelForCausalLM.from_pretrained("{name}")\n```' if family != AAH_FAMILY
             else f"```\naah eval {name}\n```\n\nor register the folder with the studio (its plan is plan.json).")
+    sinks_note = (f", and every head also the first {shape.sinks} keys (sink tokens: j < {shape.sinks}, the "
+                  "KV figures count them; transformers' `sliding_window` has no sinks)") if shape.sinks else ""
     return f"""# {name}: a window plan rounded to `{rounding.granularity}`
 
 Made by AAH Studio ({facts.how}) from a per-head window plan.
@@ -76,7 +78,7 @@ Made by AAH Studio ({facts.how}) from a per-head window plan.
   delta {facts.loss - facts.plan_loss:+.6f}).
 - KV cache at {T} tokens, one sequence: {cost.kv_bytes:,} bytes = {100 * cost.kv_ratio:.1f} % of full
   attention ({cost.kv_bytes_full:,}); the per-head plan: {rounding.kv_bytes_plan:,} bytes.
-- Windows: query i attends keys j with i - w < j <= i (transformers' `sliding_window = w`).
+- Windows: query i attends keys j with i - w < j <= i (transformers' `sliding_window = w`){sinks_note}.
 
 | layer | window per head |
 |---|---|
@@ -117,7 +119,8 @@ def _write_aah(source: Path, tmp: Path, rounding: Rounding, shape: ModelShape) -
     (tmp / "plan.json").write_text(json.dumps(plan_doc))
     if rounding.granularity in ("layer", "transformers"):
         serving = {"format": SERVING_FORMAT, "granularity": rounding.granularity, "seq_len": T,
-                   "layer_windows": _layer_windows(rounding.plan, T), "note": rounding.note}
+                   "layer_windows": _layer_windows(rounding.plan, T), "note": rounding.note,
+                   **({"sinks": shape.sinks} if shape.sinks else {})}  # sink tokens beside each window
         (tmp / "serving.json").write_text(json.dumps(serving, indent=2))
     return []
 

@@ -94,14 +94,20 @@ def test_sinks_change_the_output_only_where_the_rule_adds_keys():
     assert changed.tolist() == [i >= 4 for i in range(30)]
 
 
-def test_banded_body_blocks_hold_only_the_sinks_beside_the_band():
-    # the body's keys per block are s sink columns + c + w - 1 band columns: cost stays near coverage
+@pytest.mark.parametrize("c, w, s", [(32, 8, 4), (32, 128, 4), (64, 100, 1), (32, 5, 40)])
+def test_banded_body_blocks_see_the_sinks_once_and_their_band(c, w, s):
+    # a block's keys are M chunks of (s sink copies, c band keys): one dense sink block, the band, nothing else
     from aah_core.attention.banded import band_mask
 
-    mask = band_mask(32, 8, torch.float64, torch.device("cpu"), 4)
-    assert mask.shape == (32, 4 + 32 + 8 - 1)
-    assert torch.all(mask[:, :4] == 0)  # the dense sink block
-    assert torch.equal(mask[:, 4:], band_mask(32, 8, torch.float64, torch.device("cpu")))
+    mask = band_mask(c, w, torch.float64, torch.device("cpu"), s)
+    M = -(-(c + w - 1) // c)
+    assert mask.shape == (c, M * (s + c))  # cost: about c + w + M*s keys per row, not a copy per block
+    assert torch.all(mask[:, :s] == 0)  # the dense sink block: every row sees every sink
+    band = band_mask(c, w, torch.float64, torch.device("cpu"))  # (c, c+w-1) without sinks
+    chunks = mask.view(c, M, s + c)
+    assert torch.all(chunks[:, 1:, :s] == float("-inf"))  # the other chunks' sink copies: never seen
+    assert torch.equal(chunks[:, :, s:].reshape(c, M * c)[:, : c + w - 1], band)
+    assert torch.all(chunks[:, :, s:].reshape(c, M * c)[:, c + w - 1:] == float("-inf"))
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "4", None])

@@ -123,3 +123,21 @@ def test_export_into_an_existing_folder_is_refused(tiny_ckpt, tmp_path):
     plan.write_text(json.dumps([[4, 2], [16, 8]]))
     code, _, err = run_cli("export", "--model", str(tiny_ckpt), "--plan", str(plan), "--out", str(tmp_path))
     assert code == 2 and "already exists" in err and "Traceback" not in err
+
+
+def test_a_model_with_sink_tokens_trains_evaluates_and_exports_them(tmp_path, capsys):
+    from aah_core.checkpoint import load_checkpoint
+
+    ckpt_dir = tmp_path / "sunk"
+    assert main(["train", "--preset", "tiny", "--out", str(ckpt_dir), "--quiet", "--set", "train.max_steps=2",
+                 "--set", "model.sinks=3"]) == 0
+    ckpt = load_checkpoint(ckpt_dir)
+    assert ckpt.config.model.sinks == 3
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"windows": [[4, 2], [16, 8]]}))
+    out = tmp_path / "served"
+    assert main(["export", "--model", str(ckpt_dir), "--plan", str(plan), "--granularity", "layer",
+                 "--out", str(out)]) == 0
+    assert json.loads((out / "serving.json").read_text())["sinks"] == 3  # beside each layer's window
+    assert load_checkpoint(out).config.model.sinks == 3
+    assert "first 3 keys (sink tokens" in (out / "README.md").read_text()

@@ -119,6 +119,22 @@ def test_prefix_cached_evaluation_equals_full_evaluation(hf_root):
     assert evaluate_loss(model, batch, edited) != pytest.approx(evaluate_loss(model, batch), abs=1e-6)
 
 
+def test_sink_tokens_per_call_reach_every_layer_and_the_evaluator_recomputes_for_them(hf_root):
+    model = open_hf_model(hf_root / "qwen3", dtype="float32")
+    idx = _ids(batch=2, length=T + 1, seed=3)
+    batch = EvalBatch(idx[:, :-1], idx[:, 1:], ["text", "text"])
+    ones = torch.ones_like(model.plan)
+    with torch.no_grad():  # window 1 beside T sinks sees every earlier key: full attention
+        x = model.embed(batch.idx)
+        full = model.run_layers(x, torch.full_like(model.plan, model.seq_len))
+        torch.testing.assert_close(model.run_layers(x, ones, sinks=model.seq_len), full, rtol=1e-5, atol=1e-5)
+    evaluator = PrefixCachedEvaluator(model, batch)
+    plain = evaluator.loss(ones)
+    sunk = evaluator.loss(ones, sinks=2)
+    assert evaluator.layers_recomputed == model.n_layer and sunk != pytest.approx(plain, abs=1e-6)
+    assert evaluator.loss(ones) == plain and evaluator.layers_recomputed == model.n_layer
+
+
 def test_tokenizer_and_description_come_from_the_folder(hf_root):
     model = open_hf_model(hf_root / "llama")
     ids = model.tokenizer.encode(TEXTS[0])
