@@ -198,3 +198,18 @@ def test_static_per_layer_ramps_windows_up_the_stack():
     model = WindowedGPT(cfg.model)
     build_controller(cfg, model)
     assert model.plan[:, 0].tolist() == [32, 64, 128, 256] and bool((model.plan == model.plan[:, :1]).all())
+
+
+@pytest.mark.parametrize("name", ["learned_budget", "full_adaptive", "fixed_window"])
+def test_a_model_with_sinks_trains_under_each_controller_and_its_metrics_count_them(name, tmp_path):
+    from aah_core.windows import coverage_metrics
+
+    rec = Plans()
+    # 2 sinks at T=32 lift the floor of reachable coverage (every head at window 4) to 0.34: the budget is above it
+    extra = {"controller.budget": 0.5} if name == "learned_budget" else {}
+    result = train(small(name, **{"model.sinks": 2, **extra}), tmp_path / "ckpt", [rec])
+    assert result.status == "FINISHED"
+    ckpt = load_checkpoint(tmp_path / "ckpt")
+    assert ckpt.config.model.sinks == 2
+    logged = [m for m in rec.metrics if "causal_coverage" in m][-1]
+    assert logged["causal_coverage"] == coverage_metrics(ckpt.plan, 32, 2)["causal_coverage"]
