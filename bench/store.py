@@ -181,9 +181,11 @@ def bench_database(kind: str, n_steps: int, per_client: int, zoom_per_client: in
     with tempfile.TemporaryDirectory(prefix="aah-bench-store-") as tmp:
         data = Path(tmp) / "data" if keep is None else keep / kind
         env = {}
-        if kind == "postgresql" and postgres_url is not None:
+        if kind != "postgresql":
+            postgres_url = None
+        elif postgres_url is not None:
             env["AAH_DATABASE_URL"] = postgres_url
-        elif kind == "postgresql":
+        else:
             from tests.postgres import PostgresServer, find_bin_dir
 
             bin_dir = find_bin_dir()

@@ -9,16 +9,17 @@ kept. So a spike or a dip never disappears, the final value is exact, and no mor
 timestamp unchanged). Buckets are by step, so a zoomed read (a step range) gets finer buckets over
 just that range.
 
-Where the work goes: the database. A range of at least 8 steps per bucket is cut along the buckets
-of a rollup level (backend/rollups.py keeps their extreme rows as rows are written): the coarsest with
-at least one cell per bucket, else level 0 (16 steps) with fewer, whole buckets. Its cells inside the
-range are that level's rollup rows, and the parts of the two cells the range's ends cut are covered by
-whole rollup buckets of finer levels (fewer than four per level) and fewer than 16 rows at each end.
-A shorter range (under 8 steps per bucket) is summarized from its own rows. One statement ranks the
-cells of each bucket (window functions, alike on SQLite and PostgreSQL) and returns only the chosen
-rows: the database reads fewer than four rollup rows per bucket, about two per point returned, and
-Python handles only the points it returns (building a Python row costs far more than the database's
-read of it).
+Where the work goes: no read handles more than about 4 stored rows per point it returns, at any zoom of
+any run. A range of at least 8 steps per bucket is cut along the buckets of a rollup level
+(backend/rollups.py keeps their extreme rows as rows are written): the coarsest with at least one cell
+per bucket (so fewer than four cells a bucket), else level 0 (16 steps) with fewer, whole buckets. Its
+cells inside the range are that level's rollup rows; the parts of the two cells the range's ends cut are
+whole rollup buckets of finer levels (fewer than four a level) and fewer than 16 rows at each end. A
+shorter range (under 8 steps per bucket) is summarized from its own rows. One statement of index
+searches (``_cells``) returns each cell with its bucket, and one loop (``merge_cells``) keeps each
+bucket's extremes. (Window functions that rank the cells in SQL cost more than that loop on both
+databases; what costs is building Python objects per row, so the cells come back as the driver's
+tuples.)
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def read_downsampled(s: Session, run_id: int, max_points: int, keys: Sequence[st
         if min_step is None and max_step is None and counts[key] <= max_points:  # a short series, whole
             rows = conn.execute(select(*_POINT).where(*where).order_by(Metric.step).limit(max_points + 1)).all()
         if rows is None or len(rows) > max_points:  # (LIMIT: on PostgreSQL the count read above may be stale)
-            points, nonfinite, was_reduced = _read_range(conn, where, run_id, key, max_points)
+            points, nonfinite, was_reduced = _read_range(conn, where, run_id, key, min_step, max_step, max_points)
             if was_reduced:
                 reduced.append(key)
         else:
@@ -154,9 +155,13 @@ def _range(run_id: int, key: str, min_step: int | None, max_step: int | None) ->
     return where
 
 
-def _holds_more(conn: Connection, where: list[ColumnElement[bool]], n: int) -> bool:
-    """Whether the range holds more than ``n`` rows."""
-    return conn.scalar(select(Metric.step).where(*where).order_by(Metric.step).limit(1).offset(n)) is not None
+# The range's ends, and the probe for a row past max_points (the index alone): the statements every
+# reduced read runs, as text (SQLAlchemy's building and cache-key walk of a select cost more than running it)
+_IN_RANGE = "FROM metrics WHERE run_id = :run AND key = :key AND step BETWEEN :lo AND :hi ORDER BY step"
+_FIRST = text(f"SELECT step {_IN_RANGE} LIMIT 1")
+_LAST = text(f"SELECT step, value, special, timestamp {_IN_RANGE} DESC LIMIT 1")
+_PAST = text(f"SELECT step {_IN_RANGE} LIMIT 1 OFFSET :n")
+_ALL_STEPS = (-2**63, 2**63 - 1)
 
 
 def cover(first: int, last: int, top: int | None) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
@@ -185,16 +190,18 @@ def cover(first: int, last: int, top: int | None) -> tuple[list[tuple[int, int]]
     return steps, buckets
 
 
-def _read_range(conn: Connection, where: list[ColumnElement[bool]], run_id: int, key: str,
-                max_points: int) -> tuple[list[Point], NonFinite, bool]:
-    """The rows of the range ``where`` by step, whole when they are at most ``max_points``, else
-    reduced (then True); and its non-finite rows."""
-    first = conn.scalar(select(Metric.step).where(*where).order_by(Metric.step).limit(1))
+def _read_range(conn: Connection, where: list[ColumnElement[bool]], run_id: int, key: str, min_step: int | None,
+                max_step: int | None, max_points: int) -> tuple[list[Point], NonFinite, bool]:
+    """The rows of the range ``where`` (``min_step..max_step``) by step, whole when they are at most
+    ``max_points``, else reduced (then True); and its non-finite rows."""
+    bounds = {"run": run_id, "key": key, "lo": _ALL_STEPS[0] if min_step is None else min_step,
+              "hi": _ALL_STEPS[1] if max_step is None else max_step}
+    first = conn.scalar(_FIRST, bounds)
     if first is None:
         return [], NonFinite(step=[], kind=[], total=0), False
-    last_row = _point(conn.execute(select(*_POINT).where(*where).order_by(Metric.step.desc()).limit(1)).one())
+    last_row = _point(conn.execute(_LAST, bounds).one())
     cut = layout(first, last_row[0], max_points)
-    if cut.level is not None and not _holds_more(conn, where, max_points):  # few rows over many steps
+    if cut.level is not None and conn.scalar(_PAST, {**bounds, "n": max_points}) is None:  # few rows, many steps
         # (LIMIT: rows written since the probe, on PostgreSQL, come with the next read)
         points = [_point(row) for row in conn.execute(select(*_POINT).where(*where).order_by(Metric.step)
                                                       .limit(max_points))]

@@ -165,12 +165,17 @@ class RowsRead:
         c = conn.connection.dbapi_connection.cursor()
         plan = [row[3] for row in c.execute(f"EXPLAIN QUERY PLAN {statement}", parameters)]
         self.plans += [line for line in plan if line.startswith("SCAN metric") or "TEMP B-TREE" in line]
-        unlimited = re.sub(r"\s+LIMIT \?( OFFSET \?)?\s*$", "", statement)
-        matching = c.execute(f"SELECT count(*) FROM ({unlimited}) AS q",
-                             parameters[:len(parameters) - statement[len(unlimited):].count("?")]).fetchone()[0]
-        # rows in index order (no sort, checked above): a LIMIT reads the rows it skips and returns
-        self.rows += matching if unlimited == statement else min(matching, sum(parameters[len(parameters) - (
-            statement[len(unlimited):].count("?")):]))
+        limit = re.search(r"\s+LIMIT (\?|\d+)(?: OFFSET (\?|\d+))?\s*$", statement)
+        unlimited = statement if limit is None else statement[:limit.start()]
+        bound = [] if limit is None else [g for g in limit.groups() if g is not None]
+        n_params = bound.count("?")
+        values = parameters[len(parameters) - n_params:] if n_params else []
+        kept = parameters[:len(parameters) - n_params]
+        matching = c.execute(f"SELECT count(*) FROM ({unlimited}) AS q", kept).fetchone()[0]
+        # rows in index order (no sort, checked above): LIMIT n OFFSET m reads the first n + m
+        given = iter(values)
+        self.rows += matching if limit is None else min(matching, sum(
+            next(given) if g == "?" else int(g) for g in bound))
 
     def _scanned(self, node: dict) -> int:
         own = 0
