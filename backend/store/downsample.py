@@ -209,10 +209,10 @@ def _read_range(conn: Connection, where: list[ColumnElement[bool]], run_id: int,
     steps, buckets = cover(first, last_row[0], cut.level)
     params: dict[str, object] = {"run": run_id, "key": key, "unit": cut.unit, "c0": cut.first_cell,
                                  "buckets": cut.buckets, "cells": cut.cells}
-    for i, (lo, hi) in enumerate(steps):
-        params.update({f"s{i}": lo, f"t{i}": hi})
-    for i, (level, lo, hi) in enumerate(buckets):
-        params.update({f"l{i}": level, f"a{i}": lo, f"b{i}": hi})
+    for i, (a, b) in enumerate(steps):
+        params.update({f"s{i}": a, f"t{i}": b})
+    for i, (level, a, b) in enumerate(buckets):
+        params.update({f"l{i}": level, f"a{i}": a, f"b{i}": b})
     result = conn.execute(_cells(len(steps), len(buckets)), params)
     try:  # plain tuples from the driver: SQLAlchemy's rows cost more than the merge
         cells = result.cursor.fetchall()
@@ -235,7 +235,7 @@ def _read_range(conn: Connection, where: list[ColumnElement[bool]], run_id: int,
 Extreme = tuple[float | None, int, float]  # value (None: no finite one), step, timestamp
 
 
-def merge_cells(cells: list[tuple]) -> tuple[dict[int, Extreme], dict[int, Extreme], dict[int, int]]:
+def merge_cells(cells: Sequence[tuple]) -> tuple[dict[int, Extreme], dict[int, Extreme], dict[int, int]]:
     """Per bucket, from its cells (bucket, *minimum, *maximum, non-finite rows; each extreme as step,
     value, timestamp, the minimum's being the cell's first row when it has no finite value): the
     minimum (or the first row, value None, when no cell has a finite value), the maximum (buckets
