@@ -11,10 +11,15 @@
   while both run, ``/health`` is probed every 100 ms (it must stay fast).
 
     python -m bench.store [--steps 1000000] [--db sqlite postgresql] [--body series|metrics] [--writes-only]
+                          [--zoom-per-client N] [--keep DIR [--postgres-url URL]] [--name NAME]
 
 Batches are sent in the columnar ``series`` form the client sends (``--body metrics``: one object per
 point, the older form: results in store[-writes]-metrics-body-<machine>.json); ``--writes-only`` skips the
-reads (results in store-writes-<machine>.json).
+reads (results in store-writes-<machine>.json). ``--keep DIR`` keeps each database's data dir under
+``DIR/<db>`` and the tracked run's id beside it: a later run with the same DIR (and steps) reads that run
+again instead of writing it anew (the writes are the long part). PostgreSQL's rows live in its server, so
+it is kept only with ``--postgres-url`` (a server that outlives the bench) and reused only on the same URL.
+``--name`` names the result file (store-<name>-<machine>.json), for repeated runs.
 
 PostgreSQL is a throwaway server started like the tests' (tests/postgres.py: Debian's package, a unix
 socket, fsync and synchronous_commit off, so its write figure is an upper bound for a durable server);
@@ -140,7 +145,8 @@ async def _clients(base: str, path: str, params_for, per_client: int, probe_heal
     return {**out, "health_ms_meanwhile": percentiles(health)} if probe_health else out
 
 
-def bench_reads(base: str, client: httpx.Client, run_id: int, n_steps: int, per_client: int) -> dict:
+def bench_reads(base: str, client: httpx.Client, run_id: int, n_steps: int, per_client: int,
+                zoom_per_client: int) -> dict:
     every_key = {"keys": ",".join(KEYS), "max_points": MAX_POINTS}
     t = time.perf_counter()
     body = client.get(f"{API}/runs/{run_id}/metrics", params=every_key).json()
@@ -158,15 +164,28 @@ def bench_reads(base: str, client: httpx.Client, run_id: int, n_steps: int, per_
             # the same clients asking for /health only: what this machine's HTTP stack gives any answer
             "health_only": asyncio.run(_clients(base, f"{API}/health", lambda rng: {}, per_client, False)),
             "poll": asyncio.run(_clients(base, metrics, lambda rng: every_key, per_client)),
-            "zoom": asyncio.run(_clients(base, metrics, zoom, max(1, per_client // 10)))}
+            "zoom": asyncio.run(_clients(base, metrics, zoom, zoom_per_client))}
 
 
-def bench_database(kind: str, n_steps: int, per_client: int, form: str, writes_only: bool) -> dict:
+def _reused_run(saved: Path, n_steps: int, url: str | None) -> int | None:
+    """The run a kept data dir holds (written by an earlier run with the same steps and store), if any."""
+    if not saved.is_file():
+        return None
+    kept = json.loads(saved.read_text())
+    return kept["run_id"] if (kept["steps"], kept["url"]) == (n_steps, url) else None
+
+
+def bench_database(kind: str, n_steps: int, per_client: int, zoom_per_client: int, form: str, writes_only: bool,
+                   keep: Path | None = None, postgres_url: str | None = None) -> dict:
     server = None
     with tempfile.TemporaryDirectory(prefix="aah-bench-store-") as tmp:
-        data = Path(tmp) / "data"
+        data = Path(tmp) / "data" if keep is None else keep / kind
         env = {}
-        if kind == "postgresql":
+        if kind != "postgresql":
+            postgres_url = None
+        elif postgres_url is not None:
+            env["AAH_DATABASE_URL"] = postgres_url
+        else:
             from tests.postgres import PostgresServer, find_bin_dir
 
             bin_dir = find_bin_dir()
@@ -174,18 +193,27 @@ def bench_database(kind: str, n_steps: int, per_client: int, form: str, writes_o
                 return {"skipped": "PostgreSQL is not installed (Debian package `postgresql`)"}
             server = PostgresServer(bin_dir)
             env["AAH_DATABASE_URL"] = server.new_database()
+            keep = None  # its rows go with the throwaway server
         port = free_port()
         proc = start_server(data, REPO / "data" / "demo", port, env)
         writes = None
+        saved = data / "bench-store-run.json"
         try:
             base = f"http://127.0.0.1:{port}"
             with httpx.Client(base_url=base, timeout=300) as client:
-                run_id = _new_run(client)
                 load_before = os.getloadavg()[0]
-                writes = bench_writes(client, run_id, n_steps, form)
-                print(f"{kind}: {writes['points_per_s']:,.0f} points/s written ({form} bodies, load average "
-                      f"{load_before:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
-                reads = None if writes_only else bench_reads(base, client, run_id, n_steps, per_client)
+                run_id = None if keep is None else _reused_run(saved, n_steps, postgres_url)
+                if run_id is None:
+                    run_id = _new_run(client)
+                    writes = bench_writes(client, run_id, n_steps, form)
+                    print(f"{kind}: {writes['points_per_s']:,.0f} points/s written ({form} bodies, load average "
+                          f"{load_before:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
+                    if keep is not None:
+                        saved.write_text(json.dumps({"run_id": run_id, "steps": n_steps, "url": postgres_url}))
+                else:
+                    writes = {"reused": f"run {run_id}, written by an earlier run into {data}"}
+                reads = (None if writes_only else
+                         bench_reads(base, client, run_id, n_steps, per_client, zoom_per_client))
             return {"writes": writes, "load_average_1m_before": load_before,
                     "load_average_1m_at_end": os.getloadavg()[0], **({} if reads is None else {"reads": reads})}
         except httpx.TimeoutException as exc:  # say how far it got; the other database still runs
@@ -206,12 +234,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--body", choices=("series", "metrics"), default="series",
                         help="batch body form: columns per key (what aah_tracking sends) or one object per point")
     parser.add_argument("--writes-only", action="store_true", help="measure the writes only, no reads")
+    parser.add_argument("--zoom-per-client", type=int, help="zoom requests per client (default: a tenth of "
+                        "--per-client, at least 1)")
+    parser.add_argument("--keep", type=Path, help="keep the data dirs here; read the run kept there, if any, "
+                        "instead of writing it again")
+    parser.add_argument("--postgres-url", help="PostgreSQL store to use instead of a throwaway server (with "
+                        "--keep: its run is kept too)")
+    parser.add_argument("--name", help="result file store-<name>-<machine>.json (default: store[-writes])")
     args = parser.parse_args(argv)
     result = {"steps": args.steps, "keys": list(KEYS), "max_points": MAX_POINTS,
               "targets": {"read_p99_ms_sqlite": 200, "write_points_per_s": 50_000}}
     name = ("store-writes" if args.writes_only else "store") + ("" if args.body == "series" else "-metrics-body")
+    name = name if args.name is None else f"store-{args.name}"
+    zoom_per_client = args.zoom_per_client or max(1, args.per_client // 10)
+    result["zoom_requests"] = zoom_per_client * N_CLIENTS
     for kind in args.db:
-        result[kind] = bench_database(kind, args.steps, args.per_client, args.body, args.writes_only)
+        result[kind] = bench_database(kind, args.steps, args.per_client, zoom_per_client, args.body,
+                                      args.writes_only, args.keep, args.postgres_url)
         path = write_result(name, result)  # after each database: a later failure keeps what was measured
         r = result[kind]
         if "reads" in r:

@@ -9,19 +9,26 @@ kept. So a spike or a dip never disappears, the final value is exact, and no mor
 timestamp unchanged). Buckets are by step, so a zoomed read (a step range) gets finer buckets over
 just that range.
 
-Where the work goes: a range of at least 16 steps per bucket is cut along the buckets of a rollup
-level (backend/rollups.py: their extreme rows are kept in the database as rows are written), so the
-read merges fewer than four rollup rows per bucket, plus the rows of the two rollup buckets at the
-range's ends; a shorter range (under 16 steps per bucket, so at most 16 x max_points rows) is cut
-step by step and summarized from its rows. Either way a read touches a few rows per point returned.
+Where the work goes: no read handles more than about 4 stored rows per point it returns, at any zoom of
+any run. A range of at least 8 steps per bucket is cut along the buckets of a rollup level
+(backend/rollups.py keeps their extreme rows as rows are written): the coarsest with at least one cell
+per bucket (so fewer than four cells a bucket), else level 0 (16 steps) with fewer, whole buckets. Its
+cells inside the range are that level's rollup rows; the parts of the two cells the range's ends cut are
+whole rollup buckets of finer levels (fewer than four a level) and fewer than 16 rows at each end. A
+shorter range (under 8 steps per bucket) is summarized from its own rows. One statement of index
+searches (``_cells``) returns each cell with its bucket, and one loop (``merge_cells``) keeps each
+bucket's extremes. (Window functions that rank the cells in SQL cost more than that loop on both
+databases; what costs is building Python objects per row, so the cells come back as the driver's
+tuples.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
-from sqlalchemy import ColumnElement, Connection, Row, or_, select
+from sqlalchemy import ColumnElement, Connection, Row, TextClause, or_, select, text
 from sqlalchemy.orm import Session
 
 from backend.schemas.runs import MIN_POINTS, MetricSeries, NonFinite
@@ -51,15 +58,23 @@ class Cut:
     def bucket(self, step: int) -> int:
         return (step // self.unit - self.first_cell) * self.buckets // self.cells
 
+    def steps(self, bucket: int) -> tuple[int, int]:
+        """The first and last step of ``bucket``'s cells (the inverse of ``bucket``)."""
+        first = -(-bucket * self.cells // self.buckets)
+        last = -(-(bucket + 1) * self.cells // self.buckets) - 1
+        return (self.first_cell + first) * self.unit, (self.first_cell + last + 1) * self.unit - 1
+
 
 def layout(first_step: int, last_step: int, max_points: int) -> Cut:
     """The cut of ``[first_step, last_step]`` into at most ``n_buckets(max_points)`` buckets: along the
     buckets of the coarsest rollup level that still has that many in the range (so each rollup bucket
-    falls in one bucket), or, for a range under 16 steps per bucket, step by step."""
+    falls in one bucket); a range with fewer than 16 steps per bucket but at least 8 along level 0's
+    16-step buckets, one per bucket (fewer buckets, so that no read handles more than about 4 rows per
+    point it returns); a shorter range step by step."""
     nb = n_buckets(max_points)
     span = last_step - first_step + 1
     fitting = [level for level in range(rollups.LEVELS) if rollups.width(level) * nb <= span]
-    level = fitting[-1] if fitting else None
+    level = fitting[-1] if fitting else 0 if 2 * span >= rollups.width(0) * nb else None
     unit = 1 if level is None else rollups.width(level)
     cells = last_step // unit - first_step // unit + 1
     return Cut(unit, first_step // unit, cells, min(nb, cells), level)
@@ -92,12 +107,13 @@ def read_downsampled(s: Session, run_id: int, max_points: int, keys: Sequence[st
     reduced: list[str] = []
     for key in wanted:
         where = _range(run_id, key, min_step, max_step)
-        # a short series is sent whole; LIMIT keeps the probe cheap when the count is stale or partial
-        limit = max_points + 1 if min_step is not None or max_step is not None or counts[key] > max_points else None
-        rows = conn.execute(select(*_POINT).where(*where).order_by(Metric.step).limit(limit)).all()
-        if len(rows) > max_points:
-            points, nonfinite = _reduced(conn, where, run_id, key, rows[0].step, max_points)
-            reduced.append(key)
+        rows = None
+        if min_step is None and max_step is None and counts[key] <= max_points:  # a short series, whole
+            rows = conn.execute(select(*_POINT).where(*where).order_by(Metric.step).limit(max_points + 1)).all()
+        if rows is None or len(rows) > max_points:  # (LIMIT: on PostgreSQL the count read above may be stale)
+            points, nonfinite, was_reduced = _read_range(conn, where, run_id, key, min_step, max_step, max_points)
+            if was_reduced:
+                reduced.append(key)
         else:
             points = [_point(row) for row in rows]
             nonfinite = nonfinite_of(points, max_points)
@@ -139,41 +155,133 @@ def _range(run_id: int, key: str, min_step: int | None, max_step: int | None) ->
     return where
 
 
-def _rows(conn: Connection, where: list[ColumnElement[bool]], *steps: ColumnElement[bool]) -> list[Point]:
-    return [_point(row) for row in conn.execute(select(*_POINT).where(*where, *steps))]
+# The range's ends, and the probe for a row past max_points (the index alone): the statements every
+# reduced read runs, as text (SQLAlchemy's building and cache-key walk of a select cost more than running it)
+_IN_RANGE = "FROM metrics WHERE run_id = :run AND key = :key AND step BETWEEN :lo AND :hi ORDER BY step"
+_FIRST = text(f"SELECT step {_IN_RANGE} LIMIT 1")
+_LAST = text(f"SELECT step, value, special, timestamp {_IN_RANGE} DESC LIMIT 1")
+_PAST = text(f"SELECT step {_IN_RANGE} LIMIT 1 OFFSET :n")
+_ALL_STEPS = (-2**63, 2**63 - 1)
 
 
-def _finite(points: Sequence[Point]) -> list[tuple[int, float | None, float]]:
-    """Points as the rollups take them: a non-finite value is None."""
-    return [(step, None if isinstance(value, str) else value, ts) for step, value, ts in points]
+def cover(first: int, last: int, top: int | None) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
+    """``[first, last]`` as the fewest whole rollup buckets of levels ``<= top`` and single steps:
+    (first, last) step ranges (fewer than 16 steps at each end) and (level, first bucket, last bucket)
+    ranges (fewer than four buckets of each level under ``top`` at each end, and the ``top`` buckets
+    between). ``top`` None: the steps themselves."""
+    if top is None:
+        return [(first, last)], []
+    steps: list[tuple[int, int]] = []
+    buckets: list[tuple[int, int, int]] = []
+    lo, hi = first, last + 1  # [lo, hi) still to cover; after level l, both are multiples of its parent's width
+    for level in range(-1, top):  # -1: single steps
+        parent = rollups.width(level + 1)
+        left = min(-(-lo // parent) * parent, hi)
+        right = max(hi // parent * parent, left)
+        for a, b in ((lo, left), (right, hi)):
+            if a < b:
+                if level < 0:
+                    steps.append((a, b - 1))
+                else:
+                    buckets.append((level, a // rollups.width(level), b // rollups.width(level) - 1))
+        lo, hi = left, right
+    if lo < hi:
+        buckets.append((top, lo // rollups.width(top), hi // rollups.width(top) - 1))
+    return steps, buckets
 
 
-def _reduced(conn: Connection, where: list[ColumnElement[bool]], run_id: int, key: str, first: int,
-             max_points: int) -> tuple[list[Point], NonFinite]:
-    """The chosen rows of the range ``where`` (first step ``first``), by step, and its non-finite rows."""
-    last_row = _point(conn.execute(select(*_POINT).where(*where).order_by(Metric.step.desc()).limit(1)).one())
+def _read_range(conn: Connection, where: list[ColumnElement[bool]], run_id: int, key: str, min_step: int | None,
+                max_step: int | None, max_points: int) -> tuple[list[Point], NonFinite, bool]:
+    """The rows of the range ``where`` (``min_step..max_step``) by step, whole when they are at most
+    ``max_points``, else reduced (then True); and its non-finite rows."""
+    bounds = {"run": run_id, "key": key, "lo": _ALL_STEPS[0] if min_step is None else min_step,
+              "hi": _ALL_STEPS[1] if max_step is None else max_step}
+    first = conn.scalar(_FIRST, bounds)
+    if first is None:
+        return [], NonFinite(step=[], kind=[], total=0), False
+    last_row = _point(conn.execute(_LAST, bounds).one())
     cut = layout(first, last_row[0], max_points)
-    if cut.level is None:  # fewer than 16 steps per bucket: the range's own rows
-        points = _rows(conn, where)
-        nonfinite = nonfinite_of(sorted(points), max_points)
-        buckets = rollups.summarize(_finite(points), cut.bucket)
-    else:
-        w = cut.unit
-        r0, r1 = first // w, last_row[0] // w
-        # rollup buckets strictly inside the range hold only steps of it; the two at its ends may hold
-        # steps outside a zoomed range, so they are summarized from the range's own rows
-        parts = rollups.read(conn, run_id, key, cut.level, r0 + 1, r1 - 1)
-        for lo, hi in {(first, (r0 + 1) * w - 1), (r1 * w, last_row[0])}:
-            edge = _finite(_rows(conn, where, Metric.step.between(lo, hi)))
-            parts.update(rollups.summarize(edge, lambda step: step // w))
-        flagged = [(max(b * w, first), min((b + 1) * w - 1, last_row[0]))
-                   for b, part in sorted(parts.items()) if part.n_nonfinite]
-        nonfinite = _search_nonfinite(conn, where, flagged, sum(p.n_nonfinite for p in parts.values()), max_points)
-        buckets = rollups.regroup(parts, lambda b: cut.bucket(b * w))
-    chosen: dict[int, Point] = {row[0]: row for bucket in buckets.values() for row in bucket.rows()}
+    if cut.level is not None and conn.scalar(_PAST, {**bounds, "n": max_points}) is None:  # few rows, many steps
+        # (LIMIT: rows written since the probe, on PostgreSQL, come with the next read)
+        points = [_point(row) for row in conn.execute(select(*_POINT).where(*where).order_by(Metric.step)
+                                                      .limit(max_points))]
+        return points, nonfinite_of(points, max_points), False
+    steps, buckets = cover(first, last_row[0], cut.level)
+    params: dict[str, object] = {"run": run_id, "key": key, "unit": cut.unit, "c0": cut.first_cell,
+                                 "buckets": cut.buckets, "cells": cut.cells}
+    for i, (a, b) in enumerate(steps):
+        params.update({f"s{i}": a, f"t{i}": b})
+    for i, (level, a, b) in enumerate(buckets):
+        params.update({f"l{i}": level, f"a{i}": a, f"b{i}": b})
+    result = conn.execute(_cells(len(steps), len(buckets)), params)
+    try:  # plain tuples from the driver: SQLAlchemy's rows cost more than the merge
+        cells = result.cursor.fetchall()
+    finally:
+        result.close()
+    if cut.level is None and len(cells) <= max_points:  # the range's own rows (cut step by step), all of them
+        chosen: dict[int, Point] = {cell[1]: (cell[1], cell[2], cell[3]) for cell in cells}
+        _name_kinds(conn, where, chosen)
+        points = [chosen[step] for step in sorted(chosen)]
+        return points, nonfinite_of(points, max_points), False
+    lo, hi, flagged = merge_cells(cells)
+    chosen = {p[1]: (p[1], p[0], p[2]) for p in (*lo.values(), *hi.values())}
     chosen[last_row[0]] = last_row
+    ranges = [(max(a, first), min(b, last_row[0])) for a, b in map(cut.steps, sorted(flagged))]
+    nonfinite = _search_nonfinite(conn, where, ranges, sum(flagged.values()), max_points)
     _name_kinds(conn, where, chosen)
-    return [chosen[step] for step in sorted(chosen)], nonfinite
+    return [chosen[step] for step in sorted(chosen)], nonfinite, True
+
+
+Extreme = tuple[float | None, int, float]  # value (None: no finite one), step, timestamp
+
+
+def merge_cells(cells: Sequence[tuple]) -> tuple[dict[int, Extreme], dict[int, Extreme], dict[int, int]]:
+    """Per bucket, from its cells (bucket, *minimum, *maximum, non-finite rows; each extreme as step,
+    value, timestamp, the minimum's being the cell's first row when it has no finite value): the
+    minimum (or the first row, value None, when no cell has a finite value), the maximum (buckets
+    with a finite value only) and the non-finite rows (buckets that have some). Ties: the smaller
+    step, as in backend/rollups.py. One loop, no call per cell: it runs over thousands a read."""
+    lo: dict[int, Extreme] = {}
+    hi: dict[int, Extreme] = {}
+    nonfinite: dict[int, int] = {}
+    for bucket, lo_step, lo_value, lo_ts, hi_step, hi_value, hi_ts, n in cells:
+        best = lo.get(bucket)
+        if best is None or (best[0] is None and (lo_value is not None or lo_step < best[1])) or (
+                lo_value is not None and (lo_value < best[0] or lo_value == best[0] and lo_step < best[1])):
+            lo[bucket] = (lo_value, lo_step, lo_ts)
+        if hi_value is not None:
+            best = hi.get(bucket)
+            if best is None or hi_value > best[0] or hi_value == best[0] and hi_step < best[1]:
+                hi[bucket] = (hi_value, hi_step, hi_ts)
+        if n:
+            nonfinite[bucket] = nonfinite.get(bucket, 0) + n
+    return lo, hi, nonfinite
+
+
+_SHIFT = (rollups.BASE_WIDTH.bit_length() - 1, rollups.FACTOR.bit_length() - 1)  # width(l) = 1 << (a + b * l)
+assert all(rollups.width(level) == 1 << (_SHIFT[0] + _SHIFT[1] * level) for level in range(rollups.LEVELS))
+
+
+@lru_cache(maxsize=64)
+def _cells(n_steps: int, n_buckets: int) -> TextClause:
+    """The cells of a range for ``merge_cells``: the rollup rows of ``n_buckets`` (level, first
+    bucket, last bucket) ranges and the metric rows of ``n_steps`` step ranges (parameters :l0, :a0,
+    :b0 ...; :s0, :t0 ...), each in bucket ``(cell - :c0) * :buckets / :cells`` (integer division on
+    both databases) of its cell, its first step ``/ :unit``. Each range is one index search."""
+    # the bound integers cast: a driver may send them as numeric, whose division is not the integer one
+    unit = "CAST(:unit AS BIGINT)"
+    in_bucket = "- CAST(:c0 AS BIGINT)) * CAST(:buckets AS BIGINT) / CAST(:cells AS BIGINT)"
+    # one SELECT a range: an OR of ranges is one index search on neither database (SQLite reads the whole
+    # series of the rollups, PostgreSQL may scan the table)
+    sources = [f"SELECT (step / {unit} {in_bucket}, step, value, timestamp, step, value, timestamp, "  # NULL: not finite
+               f"CASE WHEN value IS NULL THEN 1 ELSE 0 END FROM metrics WHERE run_id = :run AND key = :key "
+               f"AND step BETWEEN :s{i} AND :t{i}" for i in range(n_steps)]
+    first_if_none = ("CASE WHEN lo_value IS NULL THEN first_step ELSE lo_step END, lo_value, "
+                     "CASE WHEN lo_value IS NULL THEN first_ts ELSE lo_ts END")
+    sources += [f"SELECT ((bucket << ({_SHIFT[0]} + {_SHIFT[1]} * level)) / {unit} {in_bucket}, {first_if_none}, "
+                f"hi_step, hi_value, hi_ts, n_nonfinite FROM metric_rollups WHERE run_id = :run AND key = :key "
+                f"AND level = :l{i} AND bucket BETWEEN :a{i} AND :b{i}" for i in range(n_buckets)]
+    return text(" UNION ALL ".join(sources))
 
 
 def _search_nonfinite(conn: Connection, where: list[ColumnElement[bool]], ranges: list[tuple[int, int]],

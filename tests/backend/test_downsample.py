@@ -5,12 +5,15 @@ every non-finite point of the range listed with its kind."""
 from __future__ import annotations
 
 import math
+import random
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import event
 
-from backend.store import metric_store, run_store
+from backend.store import metric_store, rollups, run_store
 from backend.store.db import transaction
 from backend.store.downsample import layout, read_downsampled
 
@@ -136,3 +139,76 @@ def test_row_counts_follow_every_batch(module_sessions):
         assert metric_store.metrics_version(s, run_id) == (5, 2)
         assert run_store.latest_values(s, [run_id])[run_id] == {"y": 3.0, "z": 1.0}
         assert metric_store.read_metrics(s, run_id, ["y"])["y"].value == [9.0, 1.0, 2.0, 3.0]
+
+
+class RowsRead:
+    """The rows the database reads for the metric and rollup tables, per statement, through an SQLAlchemy
+    cursor hook. PostgreSQL: each statement run again under EXPLAIN ANALYZE, summing what its scans read
+    (rows kept, and those a filter or a recheck dropped). SQLite has no such counter: each statement's
+    plan must reach those tables by index searches only (no SCAN) and sort nothing, so that it reads the
+    rows it matches, or with LIMIT n [OFFSET m] the first n + m of them."""
+
+    TABLES = re.compile(r"\b(?:FROM|JOIN) (metrics|metric_rollups)\b")
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.plans: list[str] = []
+
+    def __call__(self, conn, cursor, statement, parameters, context, executemany) -> None:  # noqa: ANN001
+        if executemany or not self.TABLES.search(statement):
+            return
+        if conn.dialect.name == "postgresql":
+            with conn.connection.dbapi_connection.cursor() as c:
+                c.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", parameters)
+                self.rows += self._scanned(c.fetchone()[0][0]["Plan"])
+            return
+        c = conn.connection.dbapi_connection.cursor()
+        plan = [row[3] for row in c.execute(f"EXPLAIN QUERY PLAN {statement}", parameters)]
+        self.plans += [line for line in plan if line.startswith("SCAN metric") or "TEMP B-TREE" in line]
+        limit = re.search(r"\s+LIMIT (\?|\d+)(?: OFFSET (\?|\d+))?\s*$", statement)
+        unlimited = statement if limit is None else statement[:limit.start()]
+        bound = [] if limit is None else [g for g in limit.groups() if g is not None]
+        n_params = bound.count("?")
+        values = parameters[len(parameters) - n_params:] if n_params else []
+        kept = parameters[:len(parameters) - n_params]
+        matching = c.execute(f"SELECT count(*) FROM ({unlimited}) AS q", kept).fetchone()[0]
+        # rows in index order (no sort, checked above): LIMIT n OFFSET m reads the first n + m
+        given = iter(values)
+        self.rows += matching if limit is None else min(matching, sum(
+            next(given) if g == "?" else int(g) for g in bound))
+
+    def _scanned(self, node: dict) -> int:
+        own = 0
+        if node["Node Type"] in ("Seq Scan", "Index Scan", "Index Only Scan", "Bitmap Heap Scan") and \
+                node.get("Relation Name") in ("metrics", "metric_rollups"):
+            own = (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+                   + node.get("Rows Removed by Index Recheck", 0)) * node["Actual Loops"]
+        return own + sum(self._scanned(child) for child in node.get("Plans", []))
+
+
+def test_every_zoom_reads_at_most_about_four_rows_per_point_returned(module_sessions):
+    """A zoom (or a whole read) of a long series reads through the rollup levels: at most 4 rows per
+    point it returns, plus the pieces of rollup buckets at its two ends (fewer than 16 rows and than 4
+    buckets a level at each), at every zoom from a few steps per bucket to the whole series."""
+    n, rng = 40_000, random.Random(0)
+    run_id = _log(module_sessions, [(step, rng.gauss(0.0, 1.0)) for step in range(n)], batches=4)
+    engine = module_sessions.kw["bind"]
+    ends = 2 * (rollups.BASE_WIDTH + (rollups.FACTOR - 1) * rollups.LEVELS)
+    levels = set()
+    for max_points in (21, 101, 1001):
+        for _ in range(12):
+            span = rng.choice([rng.randint(max_points + 1, 16 * max_points), rng.randint(1, n)])
+            lo = rng.randint(0, n - span)
+            counter = RowsRead()
+            event.listen(engine, "before_cursor_execute", counter)
+            try:
+                with transaction(module_sessions) as s:
+                    series, reduced = read_downsampled(s, run_id, max_points, ["y"], lo, lo + span - 1)
+            finally:
+                event.remove(engine, "before_cursor_execute", counter)
+            points = len(series["y"].step)
+            assert reduced == (["y"] if span > max_points else []) and points <= max_points
+            assert counter.plans == []
+            assert 0 < counter.rows <= 4 * points + ends, (max_points, lo, span, counter.rows, points)
+            levels.add(layout(lo, lo + span - 1, max_points).level)
+    assert {None, 0, 1, 2}.issubset(levels)  # step by step, and through several rollup levels
