@@ -7,12 +7,37 @@ from typing import Any
 
 import streamlit as st
 
-from frontend import api, components, figures, head_editor, history, plans, serving_panel, views
+from frontend import api, cold_open, components, figures, head_editor, history, plans, rerun_timer, serving_panel, views
 
 PAGE = "editor"
 EVAL_SETS = ("mixed", "text", "english", "copy")  # the API's EvalSet; english: the bundled English text
 PRESETS = ["model's own plan", "all full", "uniform window", "k full heads per layer",
            "budgeted allocation", "controller's plan (training run)"]
+
+
+OPENING_POLL_S = 0.4  # how often the browser asks whether the sweep has come back, while it runs
+
+
+def opening_line(model: dict, eval_set: str) -> None:
+    """The cold open's sentence, from the model's own numbers: the one-head sweep (cached by the server
+    after the first time), or for a large model the retained-mass curves (one forward pass). Both run in
+    a worker thread (api.in_background); until the answer is there this says so and asks the browser
+    to rerun it (the page calls it in a fragment of its own), so no run of the page waits for it."""
+    with api.guard("the opening line"):
+        if model["n_layer"] * model["n_head"] <= cold_open.SWEEP_LIMIT:
+            sens = api.ready("sensitivity", model["id"], eval_set)
+            line = sens and cold_open.from_sensitivity(sens["delta"], sens["buckets"])
+            line = line and line + cold_open.held_out_clause(sens)
+            pending = sens is None
+        else:
+            rm = api.ready("retained_mass", model["id"])
+            line = rm and cold_open.from_retained_mass(rm["mass"], rm["buckets"])
+            pending = rm is None
+        if pending:
+            st.caption("Finding the head to try first...")
+            rerun_timer.rerun_after(OPENING_POLL_S)
+        elif line:
+            st.info(line, icon="👋")
 
 
 def plan_history(model: dict, own: list, url_plan: list) -> history.PlanHistory:

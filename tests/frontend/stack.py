@@ -189,9 +189,8 @@ def metric_value(page, label: str) -> str:
 
 
 def editor_ready(page, timeout: float = 60.0) -> str:
-    """Wait until the editor is fully drawn: the loss, then the window map (a new session draws its
-    charts once the browser has shown the loss); returns the loss. Clicks made before then may meet the
-    rerun that adds the charts."""
+    """Wait until the editor is fully drawn: the loss, then its charts (drawn in the same run, once the
+    browser has loaded Plotly's code); returns the loss."""
     loss = wait_for(lambda: metric_value(page, "loss (nats)"), timeout, what="the first loss")
     wait_for(lambda: page.locator('[data-testid="stPlotlyChart"] .main-svg').count() >= 1, timeout,
              what="the window map")

@@ -30,9 +30,12 @@ def open_expander(at: AppTest, key: str) -> None:
     at.run()
 
 
-def first_paint(at: AppTest, name: str) -> AppTest:
-    """What the browser's first-paint report (components.first_paint_done) does: the page reruns with its charts."""
-    at.session_state[f"_painted.{name}"] = True
+def with_opening_line(at: AppTest, model: str = "demo", eval_set: str = "mixed") -> AppTest:
+    """The editor once its sweep (a worker thread: api.in_background) has come back, rerun as the
+    browser's timer asks (test_editor_loading.py checks that the first run does not wait for it)."""
+    from frontend import api
+
+    api.in_background("sensitivity", model, eval_set).result(timeout=60)
     return at.run()
 
 
@@ -117,7 +120,7 @@ def test_editor_evaluates_the_models_own_plan_with_per_token(fake_api):
 
 
 def test_editor_opens_with_a_sentence_from_the_models_own_sweep(fake_api):
-    at = page("editor")
+    at = with_opening_line(page("editor"))
     assert fake_api.called("sensitivity")[0][2] == {"eval_set": "mixed"}
     line = next(i.value for i in at.info if "needs far context most" in i.value)
     assert "layer 1 head 2" in line and "set it to 4" in line  # the fake sweep's worst head, its smallest window
@@ -364,7 +367,7 @@ def test_frontend_never_imports_torch():
 
 
 def test_editor_draws_the_allocation_curve_without_changing_the_plan(fake_api):
-    at = first_paint(page("editor"), "editor")
+    at = page("editor")
     at.button(key="editor._curvebtn").click().run()
     (_, args, kwargs), = fake_api.called("allocate")
     assert args == ("demo", 0.1) and not at.exception
@@ -396,7 +399,7 @@ def test_attention_on_the_users_own_text(fake_api):
     # issue 23: the retained-mass curve and τ's suggestion are computed on this text, not the bundled ones
     assert fake_api.called("retained_mass_of_text")[-1][1] == ("demo", "def f(x): return x", 0)
     assert not fake_api.called("retained_mass")
-    at = first_paint(at, "attention")
+    at.run()
     mass = fake_api.retained_mass_of_text("demo", "x")["mass"][0][0]
     drawn = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("attention._retained")).proto.spec)
     assert mass in [t["y"] for t in drawn["data"]]
@@ -433,7 +436,7 @@ def test_editor_offers_a_hugging_face_model_with_its_native_windows_and_context_
     own_windows = fake_api.model_windows
     monkeypatch.setattr(fake_api, "model_windows", lambda model_id: {**own_windows(model_id), "windows": native}
                         if model_id == "gemma-tiny" else own_windows(model_id))
-    at = first_paint(page("editor", model="gemma-tiny"), "editor")
+    at = page("editor", model="gemma-tiny")
     assert not at.exception
     picker = at.selectbox(key="editor.model")
     assert picker.value == "gemma-tiny" and "gemma3, 2×4 heads, T=32" in picker.format_func("gemma-tiny")
