@@ -79,6 +79,18 @@ def ensure_option(page: str, name: str, options: Sequence[Any], what: str = "not
         st.session_state[k] = options[0]
 
 
+def ensure_range(page: str, name: str, lo: float, hi: float) -> None:
+    """Make the bound number (or [low, high] pair) lie within lo..hi; a link's value that does not is
+    reported and replaced by the field's default."""
+    k, default = key(page, name), url_state.defaults(page)[name]
+    value = st.session_state.get(k, default)
+    pair = isinstance(default, list)
+    ok = (isinstance(value, (list, tuple)) and len(value) == 2 and lo <= value[0] <= value[1] <= hi) if pair \
+        else isinstance(value, (int, float)) and lo <= value <= hi
+    link_ignored(page, name, [] if ok else [f"{name}={value} (not within {lo:g}..{hi:g}; showing {default})"])
+    st.session_state[k] = (tuple(value) if pair else value) if ok else (tuple(default) if pair else default)
+
+
 def keep_known(page: str, name: str, known: Sequence[Any], what: str) -> list:
     """The bound list without the items not in `known`; those the link gave are reported."""
     values = st.session_state.get(key(page, name)) or []

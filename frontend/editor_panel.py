@@ -209,15 +209,17 @@ def live_plot(model: dict, own_info: dict, result: dict, metric: str) -> None:
             with st.spinner("Running the allocator (the server evaluates candidate plans)..."):
                 res = api.call("allocate", model["id"], 0.1, metric=metric, eval_set=_eval_set())
             st.session_state[ckey] = res.get("curve", [])
-    x = st.radio("x axis", [metric, "kv_bytes"], horizontal=True, key="editor._xaxis",
-                 format_func=lambda m: "KV cache bytes" if m == "kv_bytes" else m)
+    components.ensure_option(PAGE, "xaxis", ["coverage", "kv_bytes"])
+    axis = st.radio("x axis", ["coverage", "kv_bytes"], horizontal=True, key=components.key(PAGE, "xaxis"),
+                    format_func=lambda m: "KV cache bytes" if m == "kv_bytes" else metric)
+    x = metric if axis == "coverage" else axis
     curve = [{"x": p[x], "y": p["loss"]} for p in st.session_state.get(ckey) or [] if p.get(x) is not None]
     fig = figures.loss_coverage_figure(x, result["eval_set"], curve, live={"x": result[x], "y": result["loss"]},
                                        baseline={"x": own_info[x], "y": result["baseline_loss"]},
                                        rounded=serving_panel.rounded_points(model["id"], result["eval_set"],
                                                                             result["windows"], x))
     components.show_figure(fig, "editor._lossplot")
-    if st.toggle("Stored runs: val_loss vs coverage", key="editor._runs",
+    if st.toggle("Stored runs: val_loss vs coverage", key=components.key(PAGE, "runsplot"),
                  help="a separate plot: a run's val_loss is measured on its own validation set"):
         with api.guard("loading runs for the coverage plot"):
             st.caption("Not on the plot above: a run's val_loss is measured on its own validation set, "

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 
 from aah_client.client import OWN_WINDOW
 from frontend import api, attention_figures, figures, group_views, plans, run_table, url_state
-from frontend.comparable import run_family
+from frontend.comparable import plan_shape, run_family
 from frontend.export import Section
 
 COVERAGE_KEYS = ("acr", "causal_coverage", "tile_coverage")
@@ -278,6 +278,23 @@ def window_diff(a: int, b: int) -> tuple[go.Figure, int]:
     return figures.window_diff_figure(d["a"], d["b"], d["changed"], names=(f"run #{a}", f"run #{b}")), d["n_changed"]
 
 
+def diff_partners(a: int, mapped: list[int], by_id: dict[int, dict]) -> tuple[list[int], list[int]]:
+    """The runs that can be B beside A: those of A's plan shape first, then the others."""
+    same = [i for i in mapped if i != a and plan_shape(by_id[i]) == plan_shape(by_id[a])]
+    return same, [i for i in mapped if i != a and i not in same]
+
+
+def diff_pair(state: dict, by_id: dict[int, dict]) -> tuple[int, int] | None:
+    """The two runs whose window maps Compare diffs, as the page picks them: the view's diffa and diffb
+    where they are among its runs, else the first run with a map and the first of its shape."""
+    mapped = [i for i in state["runs"] if i in by_id and not by_id[i].get("read_only")]
+    if len(mapped) < 2:
+        return None
+    a = state["diffa"] if state["diffa"] in mapped else mapped[0]
+    same, others = diff_partners(a, mapped, by_id)
+    return a, state["diffb"] if state["diffb"] in same + others else (same + others)[0]
+
+
 def compare_section(state: dict) -> Section:
     if state.get("mode") == "reproduction":
         return group_views.reproduction_section(state["suite"], state["rkey"])
@@ -285,9 +302,10 @@ def compare_section(state: dict) -> Section:
         return group_views.groups_section(state["groups"], state["keys"], state["band"])
     data = compare_data(state)
     figs = compare_figures(data, data["keys"], state["smooth"])
-    if len(state["runs"]) >= 2:
+    pair = diff_pair(state, {r["id"]: r for r in api.call("runs", limit=500)})  # as the page lists them
+    if pair:
         try:
-            figs["diff"], _ = window_diff(state["runs"][0], state["runs"][1])
+            figs["diff"], _ = window_diff(*pair)
         except api.ApiError:
             pass  # runs without stored window maps cannot be diffed
     lines = [f"{row['run']}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in row.items() if k != "run")

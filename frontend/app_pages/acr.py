@@ -10,6 +10,20 @@ st.title("ACR curves")
 first_visit = PAGE not in st.session_state.get("_seeded_pages", set()) and "run" not in st.query_params
 state = components.bind_state(PAGE)
 
+
+def steps_slider(run_id: int, last_step: int) -> tuple[int, int]:
+    """The step range, kept in the view's `steps` ([] = all of it, so a live run's range keeps growing);
+    the slider is keyed by run, so another run starts from its whole range, or from the link's range."""
+    k, saved = f"{PAGE}.steps.{run_id}", st.session_state.get(components.key(PAGE, "steps")) or []
+    if k not in st.session_state:
+        ok = len(saved) == 2 and 0 <= saved[0] <= saved[1] <= last_step
+        components.link_ignored(PAGE, "steps", [] if ok or not saved else
+                                [f"steps={','.join(map(str, saved))} (not within 0..{last_step}; showing all)"])
+        st.session_state[k] = tuple(saved) if ok else (0, last_step)
+    first, last = st.slider("Steps", 0, last_step, key=k)
+    st.session_state[components.key(PAGE, "steps")] = [] if (first, last) == (0, last_step) else [first, last]
+    return first, last
+
 with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     runs = api.call("runs", limit=500)
     if not runs:
@@ -20,7 +34,8 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
         st.session_state[components.key(PAGE, "run")] = groups.default_run(runs)
     components.ensure_option(PAGE, "run", list(labels), "no such run", lambda i: f"run #{i}")
     c1, c2, c3 = st.columns([2, 3, 1])
-    run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=components.key(PAGE, "run"))
+    run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=components.key(PAGE, "run"),
+                          on_change=st.session_state.pop, args=(components.key(PAGE, "steps"), None))
     metrics = api.call("run_metrics", run_id, max_points=views.CURVE_POINTS)["series"]
     keys = sorted(k for k in metrics if not k.startswith("window_frac/"))
     chosen = st.session_state[components.key(PAGE, "keys")]
@@ -38,8 +53,7 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     # Long runs come downsampled (bucket min/max, views.CURVE_POINTS per series); narrowing the step
     # range asks the server again for just that range, in finer buckets.
     last_step = max((max(s["step"]) for s in metrics.values() if s["step"]), default=0)
-    first, last = st.slider("Steps", 0, last_step, (0, last_step), key=f"{PAGE}.steps.{run_id}") \
-        if last_step > 0 else (0, 0)
+    first, last = steps_slider(run_id, last_step) if last_step > 0 else (0, 0)
     # the range's open ends stay open, so that a live run's curves keep growing
     step_range = (first or None, None if last >= last_step else last)
 

@@ -247,7 +247,7 @@ def test_attention_url_state_drives_the_request_and_round_trips(fake_api):
     assert fake_api.called("attention")[-1][2]["window"] is None  # full is null, as in a plan
     at.selectbox(key="attention.window").select("own").run()
     assert fake_api.called("attention")[-1][2]["window"] == "own"  # the head's own window, asked explicitly
-    at.toggle(key="attention._sens").set_value(True).run()
+    at.toggle(key="attention.sens").set_value(True).run()
     assert fake_api.called("sensitivity") and not at.exception
     at.selectbox(key="attention.scale").select("log").run()
     assert url(at)["scale"] == "log" and not at.exception  # the colour scale is part of the link
@@ -306,7 +306,8 @@ def test_compare_page_aggregation_and_window_diff(fake_api):
     assert args == ([1, 2],) and kwargs == {"keys": ["val_loss", "acr"], "agg": "max", "step": None,
                                            "max_points": views.CURVE_POINTS}
     assert fake_api.called("windows_diff")
-    assert url(at) == {"runs": "1,2", "agg": "max", "keys": "val_loss,acr"}
+    # the diff's pair is part of the view (issue 23: a saved view restores every control)
+    assert url(at) == {"runs": "1,2", "agg": "max", "keys": "val_loss,acr", "diffa": "1", "diffb": "2"}
     at.selectbox(key="compare.agg").select("at_step").run()
     at.number_input(key="compare.step").set_value(20).run()
     assert fake_api.called("compare_runs")[-1][2] == {"keys": ["val_loss", "acr"], "agg": "at_step", "step": 20,

@@ -1,0 +1,103 @@
+"""Issue 23, item 3: a saved view restores every control of its page.
+
+Each page is opened from a link that sets its fields to values other than the defaults (together, the
+links of a page set every field of url_state.PAGE_STATE, or the test fails), with every lazy part
+open. Then every control the page drew must be a field of the view, restored to the link's value, or
+be listed in url_state.NOT_VIEW_STATE with the reason it is not part of a view; and the page writes
+back exactly the link (what Save view stores: components.share_bar). So a control added later
+without view support fails here."""
+
+import pytest
+from streamlit.testing.v1 import AppTest
+from streamlit.testing.v1.element_tree import Widget
+
+from frontend import groups, url_state
+from tests.frontend.test_pages import open_expander, page, url
+
+# page -> links; together a page's links set every one of its fields to a value other than its default
+LINKS: dict[str, list[dict[str, str]]] = {
+    "editor": [{"model": "demo", "plan": "4.4.4.4_8.full.4.4", "eval": "english", "layer": "1", "head": "2",
+                "metric": "acr", "xaxis": "kv_bytes", "runsplot": "1"}],
+    "attention": [{"model": "demo", "text": "c1", "layer": "1", "head": "2", "window": "8", "scale": "log",
+                   "side": "1", "query": "2", "querymap": "full", "tau": "0.75", "sens": "1", "bucket": "1"},
+                  {"rm": "0"}],
+    "runs": [{"experiment": "demo", "preset": "demo", "status": "FINISHED", "q": "aah", "allparams": "1",
+              "paper": "0", "source": "suite", "group": "full_adaptive", "tag": "t", "maxloss": "2.4",
+              "cov": "0.1,0.9"},
+             {"bygroup": "1", "metric": "acr"}],
+    "acr": [{"run": "2", "keys": "val_loss,acr", "smooth": "0.3", "step": "10", "band": "std", "steps": "10,20"}],
+    "compare": [{"runs": "1,2", "keys": "val_loss,acr", "agg": "at_step", "step": "20", "paper": "1", "smooth": "0.2",
+                 "diffa": "2", "diffb": "1"},
+                {"mode": "groups", "groups": groups.group_key({"experiment": "demo", "group": "full_adaptive"}),
+                 "band": "minmax", "keys": "acr"},
+                {"mode": "reproduction", "suite": "demo", "rkey": "acr"}],
+    "present": [{"deck": "2,1", "slide": "1", "mode": "present"}],
+}
+LAZY = {"editor": ["editor._gen_open", "editor._serving"]}  # every page has "<page>._share"
+
+
+def _widgets(at: AppTest) -> list[Widget]:
+    out, todo = [], [at._tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, Widget):
+            out.append(node)
+        todo.extend(getattr(node, "children", {}).values())
+    return out
+
+
+def _field(page_name: str, key: str | None) -> str | None:
+    """The view field a widget key is bound to (`<page>.<field>`, or `<page>.<field>.<anything>`)."""
+    if not key or not key.startswith(page_name + "."):
+        return None
+    name = key[len(page_name) + 1:]
+    return next((f for f in url_state.PAGE_STATE[page_name] if name == f or name.startswith(f + ".")), None)
+
+
+def _declared(page_name: str, key: str | None) -> bool:
+    name = (key or "")[len(page_name) + 1:] if (key or "").startswith(page_name + ".") else None
+    return name is not None and any(name == n or name.startswith(n + ".") for n in url_state.NOT_VIEW_STATE[page_name])
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _open(fake_api, page_name: str, link: dict[str, str]) -> AppTest:
+    if page_name == "present":
+        fake_api.create_view("one", "editor", {"plan": "4.4.4.4_8.full.4.4"})
+        fake_api.create_view("two", "acr", {"run": "1", "band": "std"})
+    at = page(page_name, **link)
+    for key in [f"{page_name}._share", *LAZY.get(page_name, [])]:
+        open_expander(at, key)
+    return at
+
+
+@pytest.mark.parametrize("page_name", list(url_state.PAGE_STATE))
+def test_the_links_set_every_field_of_the_page(page_name):
+    fields = {f for link in LINKS[page_name] for f in link}
+    assert fields == set(url_state.PAGE_STATE[page_name]), "add the new field to a link above"
+    for link in LINKS[page_name]:
+        assert url_state.encode_state(page_name, url_state.decode_state(page_name, link)) == link  # non-defaults
+
+
+@pytest.mark.parametrize("page_name,i", [(p, i) for p, links in LINKS.items() for i in range(len(links))])
+def test_a_saved_view_restores_every_control_of_its_page(fake_api, page_name, i):
+    link = LINKS[page_name][i]
+    at = _open(fake_api, page_name, link)
+    assert not at.exception and not at.warning, [w.value for w in at.warning]  # nothing of the link was ignored
+    state = url_state.decode_state(page_name, link)
+    unbound = []
+    for w in _widgets(at):
+        # a form's submit button has no key of its own: it is named by its form's ("FormSubmitter:<form>-<label>")
+        key = w.key or w.id
+        key = key.split(":", 1)[1].rsplit("-", 1)[0] if key.startswith("FormSubmitter:") else key
+        field = _field(page_name, key)
+        if field is None:
+            if not _declared(page_name, key):
+                unbound.append(key)
+            continue
+        if field in link:
+            assert _plain(w.value) == state[field], f"{w.key} shows {w.value!r}, the link said {link[field]}"
+    assert not unbound, f"controls neither in the view (url_state.PAGE_STATE) nor in NOT_VIEW_STATE: {unbound}"
+    assert {k: v for k, v in url(at).items() if k in link} == link  # the view written back is the link
