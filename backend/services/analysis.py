@@ -5,6 +5,7 @@ response schema; the numerics live in the engine (aah_core.analysis.evaluate, aa
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 from typing import Any
@@ -35,6 +36,8 @@ from backend.schemas.models import (
     SweepPick,
 )
 from backend.services.registry import LoadedModel, Registry
+
+logger = logging.getLogger(__name__)
 
 
 def parse_plan(lm: LoadedModel, windows: Any, field: str = "windows") -> torch.Tensor:
@@ -278,3 +281,28 @@ def allocate(registry: Registry, lm: LoadedModel, body: AllocateRequest) -> Allo
         )
         registry.remember(key, hit)
     return hit
+
+
+# the dashboard's cold open sweeps a model of up to this many heads, and reads a larger one's
+# retained-mass curves instead (frontend/cold_open.py SWEEP_LIMIT; tests/backend/test_warm_up.py)
+OPENING_SWEEP_HEADS = 64
+WARM_EVAL_SET = "mixed"  # the editor's default eval set (EvaluateRequest's)
+
+
+def warm_up(registry: Registry, models: list[LoadedModel]) -> None:
+    """What the editor's first visit asks of each model, computed now into the result cache: its own
+    plan's losses with per-token losses (the first POST /evaluate), and the opening line's numbers
+    (the one-head sweep with its held-out check, or the retained-mass curves). A failure is logged,
+    never fatal: the first visit then computes it."""
+    for lm in models:
+        t0 = time.perf_counter()
+        try:
+            _losses(registry, lm, lm.plan, WARM_EVAL_SET, True)
+            if lm.info.n_layer * lm.info.n_head <= OPENING_SWEEP_HEADS:
+                sensitivity(registry, lm, WARM_EVAL_SET)
+            else:
+                retained_mass(registry, lm, None)
+        except Exception:  # a model that loads but cannot evaluate answers its own error on use
+            logger.exception("warm-up of model %s failed", lm.id)
+            continue
+        logger.info("model %s warmed up in %.1f s", lm.id, time.perf_counter() - t0)

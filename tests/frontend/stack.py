@@ -106,14 +106,15 @@ def running_api_process(data: Path, log: Path, env: dict[str, str | None] | None
 
 
 @contextlib.contextmanager
-def running_stack(work: Path, timeout: float = 120.0) -> Iterator[Stack]:
-    """Both services up and healthy for the duration of the block; both stopped afterwards."""
+def running_stack(work: Path, timeout: float = 120.0, env: dict[str, str] | None = None) -> Iterator[Stack]:
+    """Both services up and healthy for the duration of the block (with `env` added to theirs); both
+    stopped afterwards."""
     data, logs = work / "data", work / "logs"
     data.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     api_port, ui_port = free_port(), free_port()
     api_url, ui_url = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{ui_port}"
-    env = {**os.environ, "AAH_DATA_DIR": str(data), "AAH_API_URL": api_url, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **(env or {}), "AAH_DATA_DIR": str(data), "AAH_API_URL": api_url, "PYTHONPATH": str(ROOT)}
     env.pop("AAH_API_TOKEN", None)
     procs = []
     try:
