@@ -11,6 +11,12 @@ first_visit = PAGE not in st.session_state.get("_seeded_pages", set()) and "run"
 state = components.bind_state(PAGE)
 
 
+def _picked(wkey: str) -> None:
+    """A run picked: it becomes the view's run, and its step range starts whole."""
+    st.session_state[components.key(PAGE, "run")] = st.session_state[wkey]
+    st.session_state.pop(components.key(PAGE, "steps"), None)
+
+
 def steps_slider(run_id: int, last_step: int) -> tuple[int, int]:
     """The step range, kept in the view's `steps` ([] = all of it, so a live run's range keeps growing);
     the slider is keyed by run, so another run starts from its whole range, or from the link's range."""
@@ -34,8 +40,13 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
         st.session_state[components.key(PAGE, "run")] = groups.default_run(runs)
     components.ensure_option(PAGE, "run", list(labels), "no such run", lambda i: f"run #{i}")
     c1, c2, c3 = st.columns([2, 3, 1])
-    run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=components.key(PAGE, "run"),
-                          on_change=st.session_state.pop, args=(components.key(PAGE, "steps"), None))
+    # Streamlit's selectbox keeps showing the label it was drawn with when only that label changes (a
+    # live run's "(RUNNING)" stayed after its end, the options already saying FINISHED: issue 23), so
+    # the picker is keyed by the shown run's status too: a new status is a new widget, with its label
+    shown = st.session_state[components.key(PAGE, "run")]
+    wkey = f"{components.key(PAGE, 'run')}.{next(r['status'] for r in runs if r['id'] == shown)}"
+    st.session_state[wkey] = shown  # the view's run; a pick reaches it through _picked, before this line
+    run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=wkey, on_change=_picked, args=(wkey,))
     metrics = api.call("run_metrics", run_id, max_points=views.CURVE_POINTS)["series"]
     keys = sorted(k for k in metrics if not k.startswith("window_frac/"))
     chosen = st.session_state[components.key(PAGE, "keys")]

@@ -76,6 +76,23 @@ def test_forty_quick_pill_clicks_each_count_once(live, model):
     page.close()
 
 
+def test_a_bad_head_in_the_link_stays_reported_while_the_user_edits(live, model):
+    """Issue 23: the warning for a link's bad layer disappeared within seconds (a fragment's rerun
+    cleared it); it stays through an edit and the page's later reruns."""
+    stack, browser = live
+    own = httpx.get(f"{stack.api_url}/api/v1/models/{model['id']}/windows", timeout=30).json()["windows"]
+    page = S.open_page(browser, f"{stack.ui_url}/?model={model['id']}&layer=99&head=1")
+    S.editor_ready(page)
+    warning = page.locator('[data-testid="stAlertContentWarning"]').filter(has_text="layer=99 (this model has layers")
+    expect(warning).to_be_visible()
+    other = next(lab for lab in _labels(model) if lab != plans.window_label(own[0][1]))
+    page.get_by_role("radiogroup", name="Window of layer 0, head 1").get_by_role("radio", name=other, exact=True).click()
+    _steps(page, 1)
+    S.settled(page)
+    expect(warning).to_be_visible()
+    page.close()
+
+
 _ACKED = """([n]) => [...(globalThis.__aahHeadEditor || new Map()).values()].some(s => s.data && s.data.ack >= n)"""
 
 

@@ -622,3 +622,19 @@ def test_editor_sink_count_starts_at_the_models_own_and_is_sent_when_changed(fak
     at = at.number_input(key="editor._sinks.demo").set_value(0).run()
     assert at.metric[0].value == before  # back to the model's own: the first answer (served from the cache)
     assert all("sinks" not in kwargs for _, _, kwargs in fake_api.called("evaluate")[:-1])
+
+
+@pytest.mark.parametrize("name,link", [("editor", {}), ("acr", {"run": "1", "band": "std", "keys": "val_loss,train_loss"}),
+                                       ("compare", {"runs": "1,2", "keys": "val_loss,acr"}),
+                                       ("compare", {"mode": "groups", "keys": "val_loss"}),
+                                       ("compare", {"mode": "reproduction"}), ("attention", {"sens": "1"})])
+def test_no_chart_titles_an_axis_value(fake_api, name, link):
+    """Issue 23: y axes were titled "value"; every axis of every chart a page draws names what it shows."""
+    at = page(name, **link)
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert specs and not at.exception
+    for spec in specs:
+        axes = {k: v for k, v in spec["layout"].items() if k.startswith(("xaxis", "yaxis"))}
+        titles = [(a.get("title") or {}).get("text") if isinstance(a.get("title"), dict) else a.get("title")
+                  for a in axes.values()]
+        assert "value" not in [t.strip().lower() for t in titles if isinstance(t, str)], (spec["layout"].get("title"), titles)
