@@ -100,10 +100,17 @@ def keep_known(page: str, name: str, known: Sequence[Any], what: str) -> list:
 
 
 def publish(page: str, state: dict[str, Any] | None = None) -> None:
-    """Write the page's state to the URL so the address bar is always a link to this view."""
+    """Write the page's state to the URL so the address bar is always a link to this view.
+
+    Sent when it differs from the URL this run was asked with, or from the last one this session sent
+    for the page: a run's URL is the browser's when the request left, and a URL sent by the run before
+    may still be on its way. (Quick edits a, b: the run for b was asked with the URL before a's, which
+    already said b, so b was not sent, and a's URL arrived after it: the address bar said a.)"""
     encoded = url_state.encode_state(page, state if state is not None else current_state(page))
-    if {k: st.query_params[k] for k in st.query_params} != encoded:
+    sent = f"_published.{page}"
+    if {k: st.query_params[k] for k in st.query_params} != encoded or st.session_state.get(sent) != encoded:
         st.query_params.from_dict(encoded)
+        st.session_state[sent] = encoded
 
 
 def app_base_url() -> str:

@@ -638,3 +638,24 @@ def test_no_chart_titles_an_axis_value(fake_api, name, link):
         titles = [(a.get("title") or {}).get("text") if isinstance(a.get("title"), dict) else a.get("title")
                   for a in axes.values()]
         assert "value" not in [t.strip().lower() for t in titles if isinstance(t, str)], (spec["layout"].get("title"), titles)
+
+
+def test_an_edit_whose_request_carried_a_stale_url_still_sends_its_plan(fake_api, monkeypatch):
+    """Issue 23 (the 40-click browser test's flake): edits a then b in quick succession. The request for
+    b left the browser before a's URL arrived, so it carried the URL from before a, which already said b;
+    the run for b then sent no URL, a's arrived after it, and the address bar said a. The page sends
+    its URL when it differs from the last one it sent, whatever the request carried."""
+    from streamlit.runtime.state.query_params_proxy import QueryParamsProxy
+
+    sent: list[dict] = []
+    real = QueryParamsProxy.from_dict
+    monkeypatch.setattr(QueryParamsProxy, "from_dict", lambda self, params: (sent.append(dict(params)), real(self, params))[1])
+    at = page("editor")
+    at = send_heads(at, {"kind": "edit", "layer": 0, "head": 0, "window": 8})  # b
+    b = url(at)["plan"]
+    at = send_heads(at, {"kind": "edit", "layer": 0, "head": 0, "window": 16})  # a
+    assert sent[-1]["plan"] not in (b, None)
+    at.query_params["plan"] = b  # the browser's URL when it sent the next edit: a's had not arrived
+    sent.clear()
+    send_heads(at, {"kind": "edit", "layer": 0, "head": 0, "window": 8})  # b again
+    assert [s.get("plan") for s in sent] == [b]  # sent, though the request already said b
