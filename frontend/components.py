@@ -131,6 +131,38 @@ def app_base_url() -> str:
 
 # -- display helpers ----------------------------------------------------------------------------------
 
+# Reports (a one-time trigger) on the first animation frame where no element of the page is still
+# waiting for its code (no Suspense skeleton left), or after FIRST_PAINT_WAIT_MS at the latest.
+FIRST_PAINT_WAIT_MS = 5000
+_FIRST_PAINT = st.components.v2.component("aah_first_paint", js="""
+export default function ({ setTriggerValue }) {
+  const start = performance.now();
+  const tick = () => {
+    const waiting = document.querySelector('[data-testid="stSkeleton"]');
+    if (waiting && performance.now() - start < %d) return requestAnimationFrame(tick);
+    requestAnimationFrame(() => setTriggerValue("shown", true));
+  };
+  requestAnimationFrame(tick);
+}
+""" % FIRST_PAINT_WAIT_MS)
+
+
+def _shown(page: str) -> None:
+    st.session_state[f"_painted.{page}"] = True
+
+
+def first_paint_done(page: str) -> bool:
+    """Whether the browser has shown this page once in this session. Until it has, the caller leaves
+    its charts out and this call mounts a script that reports the first paint; the fragment this is
+    called in then reruns with them. So a new session sees the numbers before the browser loads and
+    draws Plotly (4.7 MB of code, seconds of the browser's time on a busy box: bench/ui.py). Call it
+    in a fragment that holds only the charts: the paint's rerun is of them alone."""
+    if st.session_state.get(f"_painted.{page}"):
+        return True
+    _FIRST_PAINT(key=f"_painted.{page}.signal", on_shown_change=functools.partial(_shown, page))
+    return False
+
+
 def show_figure(fig: go.Figure, name: str, **kwargs: Any) -> Any:
     """st.plotly_chart with exact colours (theme=None) and a stable key."""
     return st.plotly_chart(fig, key=name, theme=None, config=PLOTLY_CONFIG, **kwargs)

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from frontend import api, components, editor_panel, figures, generate_panel, plans, serving_panel, views
+from frontend import api, components, editor_panel, figures, generate_panel, history, plans, serving_panel, views
 
 PAGE = "editor"
 st.title("Window editor")
@@ -69,17 +69,27 @@ def panel() -> None:
     st.session_state[components.key(PAGE, "plan")] = "" if hist.current == own else plans.encode_plan(hist.current)
     live = components.current_state(PAGE)
     components.publish(PAGE, live)
+    charts(hist, result, live["metric"])
+    generate_panel.generate_panel(model, hist.current)
+    components.share_bar(PAGE, live, lambda: views.editor_section(live))
+
+
+@st.fragment
+def charts(hist: history.PlanHistory, result: dict | None, metric: str) -> None:
+    """The table and the charts, in a fragment inside the panel's: an edit redraws them with the panel,
+    and a new session's first paint reruns them alone (the loss and the map are not run again)."""
     left, right = st.columns([3, 2])
+    if not components.first_paint_done(PAGE):
+        left.caption("Drawing the charts...")
+        return
     with left:
         editor_panel.table_editor(model, hist)
     with right:
         if result:
-            editor_panel.live_plot(model, own_info, result, live["metric"])
+            editor_panel.live_plot(model, own_info, result, metric)
     if result and result.get("per_token"):
         pt = result["per_token"]
         components.show_figure(figures.token_delta_figure(pt["tokens"], pt["delta"]), "editor._strip")
-    generate_panel.generate_panel(model, hist.current)
-    components.share_bar(PAGE, live, lambda: views.editor_section(live))
 
 
 @st.fragment

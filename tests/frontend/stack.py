@@ -190,8 +190,8 @@ def metric_value(page, label: str) -> str:
 
 
 def editor_ready(page, timeout: float = 60.0) -> str:
-    """Wait until the editor is fully drawn: the loss, then its charts (drawn in the same run, once the
-    browser has loaded Plotly's code); returns the loss."""
+    """Wait until the editor is fully drawn: the loss, then its charts (a new session draws them once
+    the browser has shown the loss, in a rerun of the charts' own fragment); returns the loss."""
     loss = wait_for(lambda: metric_value(page, "loss (nats)"), timeout, what="the first loss")
     wait_for(lambda: page.locator('[data-testid="stPlotlyChart"] .main-svg').count() >= 1, timeout,
              what="the window map")

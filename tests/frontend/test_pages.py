@@ -30,6 +30,13 @@ def open_expander(at: AppTest, key: str) -> None:
     at.run()
 
 
+def first_paint(at: AppTest, name: str) -> AppTest:
+    """What the browser's first-paint report (components.first_paint_done) does: the charts' fragment
+    reruns with its charts (AppTest reruns the page: it has no fragment reruns)."""
+    at.session_state[f"_painted.{name}"] = True
+    return at.run()
+
+
 def with_opening_line(at: AppTest, model: str = "demo", eval_set: str = "mixed") -> AppTest:
     """The editor once its sweep (a worker thread: api.in_background) has come back, rerun as the
     browser's timer asks (test_editor_loading.py checks that the first run does not wait for it)."""
@@ -368,7 +375,7 @@ def test_frontend_never_imports_torch():
 
 
 def test_editor_draws_the_allocation_curve_without_changing_the_plan(fake_api):
-    at = page("editor")
+    at = first_paint(page("editor"), "editor")
     at.button(key="editor._curvebtn").click().run()
     (_, args, kwargs), = fake_api.called("allocate")
     assert args == ("demo", 0.1) and not at.exception
@@ -437,7 +444,7 @@ def test_editor_offers_a_hugging_face_model_with_its_native_windows_and_context_
     own_windows = fake_api.model_windows
     monkeypatch.setattr(fake_api, "model_windows", lambda model_id: {**own_windows(model_id), "windows": native}
                         if model_id == "gemma-tiny" else own_windows(model_id))
-    at = page("editor", model="gemma-tiny")
+    at = first_paint(page("editor", model="gemma-tiny"), "editor")
     assert not at.exception
     picker = at.selectbox(key="editor.model")
     assert picker.value == "gemma-tiny" and "gemma3, 2×4 heads, T=32" in picker.format_func("gemma-tiny")
@@ -630,7 +637,7 @@ def test_editor_sink_count_starts_at_the_models_own_and_is_sent_when_changed(fak
                                        ("compare", {"mode": "reproduction"}), ("attention", {"sens": "1"})])
 def test_no_chart_titles_an_axis_value(fake_api, name, link):
     """Issue 23: y axes were titled "value"; every axis of every chart a page draws names what it shows."""
-    at = page(name, **link)
+    at = first_paint(page(name, **link), name)
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert specs and not at.exception
     for spec in specs:
@@ -650,7 +657,7 @@ def test_an_edit_whose_request_carried_a_stale_url_still_sends_its_plan(fake_api
     sent: list[dict] = []
     real = QueryParamsProxy.from_dict
     monkeypatch.setattr(QueryParamsProxy, "from_dict", lambda self, params: (sent.append(dict(params)), real(self, params))[1])
-    at = page("editor")
+    at = first_paint(page("editor"), "editor")
     at = send_heads(at, {"kind": "edit", "layer": 0, "head": 0, "window": 8})  # b
     b = url(at)["plan"]
     at = send_heads(at, {"kind": "edit", "layer": 0, "head": 0, "window": 16})  # a

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1.element_tree import Widget
 
 from frontend import groups, url_state
-from tests.frontend.test_pages import open_expander, page, url
+from tests.frontend.test_pages import first_paint, open_expander, page, url
 
 # page -> links; together a page's links set every one of its fields to a value other than its default
 LINKS: dict[str, list[dict[str, str]]] = {
@@ -67,7 +67,7 @@ def _open(fake_api, page_name: str, link: dict[str, str]) -> AppTest:
     if page_name == "present":
         fake_api.create_view("one", "editor", {"plan": "4.4.4.4_8.full.4.4"})
         fake_api.create_view("two", "acr", {"run": "1", "band": "std"})
-    at = page(page_name, **link)
+    at = first_paint(page(page_name, **link), page_name)  # the editor's charts (its x axis, stored runs)
     for key in [f"{page_name}._share", *LAZY.get(page_name, [])]:
         open_expander(at, key)
     return at
