@@ -90,6 +90,7 @@ def charts(hist: history.PlanHistory, result: dict | None, metric: str) -> None:
     if result and result.get("per_token"):
         pt = result["per_token"]
         components.show_figure(figures.token_delta_figure(pt["tokens"], pt["delta"]), "editor._strip")
+    components.publish(PAGE)  # its x axis and stored-runs plot are view fields, changed in this fragment's runs
 
 
 @st.fragment
