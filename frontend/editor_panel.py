@@ -85,10 +85,20 @@ def sink_editor(model: dict) -> int | None:
     """The sink tokens to evaluate with (StreamingLLM: every head also sees the first s tokens): a number
     input starting at the model's own count. None while it is the model's own (the API's default)."""
     own = int(model.get("sinks") or 0)
-    sinks = st.number_input(
-        "Sink tokens", min_value=0, max_value=int(model["seq_len"]), value=own, step=1, key=f"editor._sinks.{model['id']}",
-        help=f"Every head also sees the first N tokens besides its window. This model was trained with {own}.")
-    return None if int(sinks) == own else int(sinks)
+    # a view field (`sinks`, -1: the model's own); the box is keyed by model, so another model starts
+    # from its own count, or from the link's
+    field, k = components.key(PAGE, "sinks"), f"{components.key(PAGE, 'sinks')}.{model['id']}"
+    if k not in st.session_state:
+        linked = st.session_state.get(field, -1)
+        ok = 0 <= linked <= int(model["seq_len"])
+        components.link_ignored(PAGE, "sinks", [] if ok or linked == -1 else
+                                [f"sinks={linked} (not within 0..{model['seq_len']}; showing the model's own {own})"])
+        st.session_state[k] = linked if ok else own
+    sinks = int(st.number_input(
+        "Sink tokens", min_value=0, max_value=int(model["seq_len"]), step=1, key=k,
+        help=f"Every head also sees the first N tokens besides its window. This model was trained with {own}."))
+    st.session_state[field] = -1 if sinks == own else sinks
+    return None if sinks == own else sinks
 
 
 def _on_bulk(hist: history.PlanHistory, what: str) -> None:

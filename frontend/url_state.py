@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 PAGE_STATE: dict[str, dict[str, tuple[str, Any]]] = {
     "editor": {"model": ("str", ""), "plan": ("str", ""), "eval": ("str", "mixed"),
                "layer": ("int", 0), "head": ("int", 0), "metric": ("str", "causal_coverage"),
-               "xaxis": ("str", "coverage"), "runsplot": ("bool", False)},
+               "xaxis": ("str", "coverage"), "runsplot": ("bool", False), "sinks": ("int", -1)},
     "attention": {"model": ("str", ""), "text": ("str", ""), "layer": ("int", 0), "head": ("int", 0),
                   "window": ("str", "own"), "bucket": ("int", 0),
                   "scale": ("str", "linear"), "side": ("bool", False), "query": ("int", -1),

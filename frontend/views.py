@@ -75,7 +75,7 @@ def metric_lines(result: dict) -> list[str]:
 def editor_section(state: dict) -> Section:
     model = pick_model(state["model"])
     plan, own, _ = plan_for(model, state["plan"])
-    result = evaluate(model["id"], plan, state["eval"])
+    result = evaluate(model["id"], plan, state["eval"], None if state["sinks"] < 0 else state["sinks"])
     figs: dict[str, go.Figure] = {
         "grid": figures.window_grid_figure(plan, changed=plans.changed_cells(own, plan), seq_len=model["seq_len"],
                                            title="window plan (red outline: changed vs the model's own plan)")}

@@ -618,7 +618,7 @@ def test_a_plan_for_a_model_that_is_not_here_is_reported_not_dropped(fake_api):
 
 def test_editor_sink_count_starts_at_the_models_own_and_is_sent_when_changed(fake_api):
     at = page("editor")
-    box = at.number_input(key="editor._sinks.demo")
+    box = at.number_input(key="editor.sinks.demo")
     assert box.value == 0 and "trained with 0" in box.help  # the model's own count (fake: 0)
     assert "sinks" not in fake_api.called("evaluate")[-1][2]  # its own: the API's default, not sent
     before = at.metric[0].value
@@ -626,7 +626,7 @@ def test_editor_sink_count_starts_at_the_models_own_and_is_sent_when_changed(fak
     (_, args, kwargs) = fake_api.called("evaluate")[-1]
     assert args == ("demo", OWN) and kwargs == {"eval_set": "mixed", "per_token": True, "sinks": 4}
     assert not at.exception and at.metric[0].value != before  # the loss shown is the one evaluated with sinks
-    at = at.number_input(key="editor._sinks.demo").set_value(0).run()
+    at = at.number_input(key="editor.sinks.demo").set_value(0).run()
     assert at.metric[0].value == before  # back to the model's own: the first answer (served from the cache)
     assert all("sinks" not in kwargs for _, _, kwargs in fake_api.called("evaluate")[:-1])
 

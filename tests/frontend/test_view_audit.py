@@ -17,7 +17,7 @@ from tests.frontend.test_pages import first_paint, open_expander, page, url
 # page -> links; together a page's links set every one of its fields to a value other than its default
 LINKS: dict[str, list[dict[str, str]]] = {
     "editor": [{"model": "demo", "plan": "4.4.4.4_8.full.4.4", "eval": "english", "layer": "1", "head": "2",
-                "metric": "acr", "xaxis": "kv_bytes", "runsplot": "1"}],
+                "metric": "acr", "xaxis": "kv_bytes", "runsplot": "1", "sinks": "2"}],
     "attention": [{"model": "demo", "text": "c1", "layer": "1", "head": "2", "window": "8", "scale": "log",
                    "side": "1", "query": "2", "querymap": "full", "tau": "0.75", "sens": "1", "bucket": "1"},
                   {"rm": "0"}],
