@@ -3,7 +3,7 @@ retained-mass and sensitivity diagnostics."""
 
 import streamlit as st
 
-from frontend import api, attention_figures, attention_panel, components, figures, plans, views
+from frontend import api, attention_figures, attention_panel, cold_open, components, figures, plans, views
 
 PAGE = "attention"
 st.title("Attention")
@@ -103,5 +103,6 @@ with api.guard("sensitivity sweep"):
         k = st.selectbox("Window for the sweep", list(range(len(labels))), format_func=labels.__getitem__,
                          key=components.key(PAGE, "bucket"))
         components.show_figure(figures.sensitivity_figure(sens["delta"], sens["buckets"], k), "attention._sensfig")
+        st.caption(cold_open.pick_line(sens))
 
 components.share_bar(PAGE, components.current_state(PAGE), lambda: views.attention_section(components.current_state(PAGE)))

@@ -666,3 +666,12 @@ def test_an_edit_whose_request_carried_a_stale_url_still_sends_its_plan(fake_api
     sent.clear()
     send_heads(at, {"kind": "edit", "layer": 0, "head": 0, "window": 8})  # b again
     assert [s.get("plan") for s in sent] == [b]  # sent, though the request already said b
+
+
+def test_the_attention_pages_sweep_says_its_pick_on_both_sets(fake_api):
+    """Issue 23: the sweep chooses on one eval set; the page says the pick's Δloss there and on the held-out set."""
+    at = page("attention", sens="1")
+    sweep = fake_api.sensitivity("demo")
+    line = next(c.value for c in at.caption if c.value.startswith("The head this sweep singles out"))
+    assert f"L1H2 at window 4, +{sweep['pick']['delta']:.3f} nats on mixed (where it was picked)" in line
+    assert f"+{sweep['pick']['held_out_delta']:.3f} nats on held-out english (not used to pick it)" in line
