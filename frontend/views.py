@@ -216,14 +216,23 @@ def acr_group_figure(run: dict, state: dict) -> go.Figure | None:
     return group_views.run_group_figure(run, keys, state["band"], own, state["smooth"])
 
 
+def acr_window_figure(latest: dict, shown: dict) -> go.Figure:
+    """The run's window map at a step (GET /run_windows), its heads outlined where they differ from the
+    latest plan: the ACR page and its saved view's slide draw this same figure."""
+    changed = plans.changed_cells(latest["windows"], shown["windows"])
+    return figures.window_grid_figure(shown["windows"], changed=changed,
+                                      title=f"window map at step {shown['step']} (outlined: differs from the latest)")
+
+
 def acr_section(state: dict) -> Section:
     run, figs = acr_figures(state["run"], state["keys"], state["smooth"])
     group = acr_group_figure(run, state)
     if group is not None:
         figs["group"] = group
     try:
-        w = api.cached("run_windows", state["run"], step=None if state["step"] < 0 else state["step"])
-        figs["windows"] = figures.window_grid_figure(w["windows"], title=f"window map at step {w['step']}")
+        latest = api.cached("run_windows", state["run"])
+        figs["windows"] = acr_window_figure(latest, latest if state["step"] < 0 else
+                                            api.cached("run_windows", state["run"], step=state["step"]))
     except api.ApiError:
         pass  # runs without window maps (e.g. paper reference figures) simply have no map panel
     return Section(f"Run #{run['id']} {run['name']}", figs, run_lines(run))

@@ -3,7 +3,7 @@ window fractions, and the window map at any step."""
 
 import streamlit as st
 
-from frontend import api, components, figures, group_figures, groups, jobs, plans, user_text, views, zoom_chart
+from frontend import api, components, group_figures, groups, jobs, user_text, views, zoom_chart
 
 PAGE = "acr"
 st.title("ACR curves")
@@ -139,9 +139,7 @@ with api.guard("window map"):
     else:
         step = st.session_state[components.key(PAGE, "step")]
     wm = api.cached("run_windows", run_id, step=step)  # a stored step's plan never changes
-    changed = plans.changed_cells(latest["windows"], wm["windows"])
-    title = f"window map at step {wm['step']} (outlined: differs from the latest)"
-    components.show_figure(figures.window_grid_figure(wm["windows"], changed=changed, title=title), "acr._windows")
+    components.show_figure(views.acr_window_figure(latest, wm), "acr._windows")
 
 state = components.current_state(PAGE)
 components.publish(PAGE, state)

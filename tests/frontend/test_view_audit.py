@@ -101,3 +101,41 @@ def test_a_saved_view_restores_every_control_of_its_page(fake_api, page_name, i)
             assert _plain(w.value) == state[field], f"{w.key} shows {w.value!r}, the link said {link[field]}"
     assert not unbound, f"controls neither in the view (url_state.PAGE_STATE) nor in NOT_VIEW_STATE: {unbound}"
     assert {k: v for k, v in url(at).items() if k in link} == link  # the view written back is the link
+
+
+def _traces(fig: dict) -> list:
+    """What a chart draws: each trace's kind, name, points, texts and colours, and the chart's title
+    (layout sizes differ on slides)."""
+    title = (fig["layout"].get("title") or {}).get("text")
+    return [title] + [(t.get("type"), t.get("name"), t.get("x"), t.get("y"), t.get("z"), t.get("text"),
+                       t.get("hovertemplate"), (t.get("line") or {}).get("color"), (t.get("marker") or {}).get("color"),
+                       t.get("fillcolor")) for t in fig["data"]]
+
+
+# the charts a page draws that its slide leaves out, and why; any other chart must be on the slide as drawn
+NOT_ON_SLIDES = {
+    "editor": {"the loss plot: its allocation curve is computed on request in the session"},
+    "attention": {"retained mass, sweep and the layer's small multiples: the slide shows the head's maps"},
+}
+PARITY = [("acr", LINKS["acr"][0]), ("compare", LINKS["compare"][0]), ("compare", LINKS["compare"][1]),
+          ("editor", LINKS["editor"][0]), ("attention", {"model": "demo", "layer": "1", "head": "2", "scale": "log"})]
+
+
+@pytest.mark.parametrize("page_name,link", PARITY)
+def test_the_slide_draws_the_pages_charts_as_the_page_drew_them(fake_api, page_name, link):
+    """A saved view's slide (and the exported deck: the same Section) draws each of its charts with the
+    page's points and colours, and every chart the page drew is on it, or named in NOT_ON_SLIDES."""
+    import json
+
+    from frontend import views
+
+    at = _open(fake_api, page_name, link)
+    drawn = {json.dumps(_traces(json.loads(c.proto.spec)), sort_keys=True, default=str): c.proto.id
+             for c in at.get("plotly_chart")}
+    section = views.build_section(page_name, url_state.decode_state(page_name, link))
+    slide = {json.dumps(_traces(f.to_plotly_json()), sort_keys=True, default=str): name
+             for name, f in section.figures.items()}
+    missing = [slide[k] for k in slide if k not in drawn and slide[k] != "grid"]  # the editor's map is the component
+    assert not missing, f"on the slide, not as the page drew them: {missing}"
+    left_out = [drawn[k] for k in drawn if k not in slide]
+    assert bool(left_out) == (page_name in NOT_ON_SLIDES), left_out
