@@ -125,6 +125,9 @@ def _children(data_dir: Path, host: str, api_port: int, ui_port: int, log_dir: P
     api_env.setdefault("AAH_UI_ORIGIN", f"{ui_url},http://localhost:{ui_port}")
     # Host check: the API answers to loopback names, plus the address the dashboard uses to reach it.
     api_env.setdefault("AAH_ALLOWED_HOSTS", f"localhost,127.0.0.1,[::1],{_url_host(host)}")
+    # the first visit right after the address is printed is served from the cache (issue 23): the API
+    # answers /health only once its models are loaded and the editor's first numbers computed
+    api_env.setdefault("AAH_WARM_UP", "true")
     ui_env = {**base, "AAH_API_URL": api_url}
     api = Child("API", [sys.executable, "-m", "uvicorn", "backend.app:app", "--host", host,
                         "--port", str(api_port), "--http", API_PROTOCOL], api_env, api_url + API_HEALTH,

@@ -26,6 +26,7 @@ from backend.seed.demo import seed_demo
 from backend.seed.first_start import first_start_lock
 from backend.seed.paper import seed_paper_reference
 from backend.seed.suite import seed_suite
+from backend.services import analysis
 from backend.services.cache import LruCache
 from backend.services.executor import BoundedExecutor
 from backend.services.jobs import JobManager
@@ -106,7 +107,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.store_counts = health.StoreCounts(sessions)
     await app.state.store_counts.get()  # read now, while the store is known to answer: /health never waits for it
     if settings.preload_models:
-        app.state.registry.preload()
+        loaded = app.state.registry.preload()
+        if settings.warm_up:  # before the server answers /health: `aah serve` prints the address after it
+            analysis.warm_up(app.state.registry, loaded)
     logger.info("AAH Studio API %s ready (data dir %s)", __version__, settings.data_dir)
     try:
         with serving_gc():

@@ -94,6 +94,9 @@ class Settings(BaseSettings):
                                     "(source 'suite'; re-imported when the file changes).")
     seed_suite: bool = Field(True, description="Import the shipped reproduction (suite_file) at start.")
     preload_models: bool = Field(True, description="Load registered checkpoints at startup, not on first use.")
+    warm_up: bool = Field(False, description="After preloading, compute what the editor's first visit asks "
+                          "of each loaded model (its own plan's losses, the opening sweep), so that visit is "
+                          "served from the cache; `aah serve` (make demo) turns it on.")
     result_cache_size: int = Field(512, ge=0, description="Evaluation results kept per process (LRU).")
     cache_bytes: int = Field(64 << 20, ge=0, description="Bytes of serialised metric responses kept for "
                              "pollers (LRU; a response larger than this is not kept).")

@@ -19,6 +19,8 @@ import contextlib
 import logging
 import math
 import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterator
 
 import streamlit as st
@@ -88,6 +90,49 @@ def cached(method: str, *args: Any, **kwargs: Any) -> Any:
     if method not in CACHEABLE:
         raise ValueError(f"api.cached({method!r}): not a cacheable read; use api.call for it")
     return numbers(_cached(API_URL, method, args, tuple(sorted(kwargs.items()))))
+
+
+BACKGROUND_KEEP = 64  # finished background reads kept (a sweep's answer is small)
+
+
+@st.cache_resource(show_spinner=False)
+def _background() -> tuple[ThreadPoolExecutor, dict, threading.Lock]:
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="aah-background"), {}, threading.Lock()
+
+
+def in_background(method: str, *args: Any, **kwargs: Any) -> Future:
+    """A cacheable read (CACHEABLE) running in a worker thread of this process: started by the first
+    ask, shared by later ones. A heavy panel (the editor's one-head sweep) asks with `ready` and draws
+    its place meanwhile, so no script run waits for it (issue 23)."""
+    if method not in CACHEABLE:
+        raise ValueError(f"api.in_background({method!r}): not a cacheable read")
+    pool, futures, lock = _background()
+    client = get_client()  # here, in the script's thread: the worker has no Streamlit context
+    key = (id(client), method, args, tuple(sorted(kwargs.items())))
+    with lock:
+        fut = futures.get(key)
+        if fut is None:
+            fut = futures[key] = pool.submit(getattr(client, method), *args, **kwargs)
+            done = [k for k, f in futures.items() if f.done()]
+            for k in done[: max(0, len(futures) - BACKGROUND_KEEP)]:
+                del futures[k]
+        return fut
+
+
+def ready(method: str, *args: Any, **kwargs: Any) -> Any | None:
+    """The answer of `in_background(method, ...)`, or None while it runs. A failed read raises its
+    error (for `guard`) and is forgotten, so the next ask starts it again."""
+    fut = in_background(method, *args, **kwargs)
+    if not fut.done():
+        return None
+    exc = fut.exception()
+    if exc is not None:
+        pool, futures, lock = _background()
+        with lock:
+            for k in [k for k, f in futures.items() if f is fut]:
+                del futures[k]
+        raise exc
+    return numbers(fut.result())
 
 
 def busy_wait(exc: ServerBusy) -> float:

@@ -23,7 +23,7 @@ def maps(data: dict, scale: str) -> None:
                f"{attention_figures.SCALES[scale]} · rows = query, columns = key; the orange staircase is the window's far edge "
                "(keys left of it are cut off). Drag a box to zoom: the axes then name every token; "
                "double-click to zoom out.")
-    if st.toggle("Full and windowed side by side (smaller)", key="attention._side"):
+    if st.toggle("Full and windowed side by side (smaller)", key=components.key(PAGE, "side")):
         left, right = st.columns(2)
     else:  # one above the other, each as wide as the page
         left = right = st.container()
@@ -67,9 +67,13 @@ def query_text(data: dict) -> None:
         n = len(data["tokens"])
         pool, offset = data.get("pool", 1), data.get("offset", 0)
         c1, c2 = st.columns([3, 1])
-        q = c1.slider("Query token", 0, n - 1, n - 1, key="attention._query",
+        qkey = components.key(PAGE, "query")
+        if not 0 <= st.session_state.get(qkey, -1) < n:  # -1 (the default) or past this text: the last token
+            st.session_state[qkey] = n - 1
+        q = c1.slider("Query token", 0, n - 1, key=qkey,
                       format="%d", help="its position in the map (pooled blocks when the map is pooled)")
-        which = c2.radio("Map", ["windowed", "full"], horizontal=True, key="attention._querymap")
+        components.ensure_option(PAGE, "querymap", ["windowed", "full"])
+        which = c2.radio("Map", ["windowed", "full"], horizontal=True, key=components.key(PAGE, "querymap"))
         st.markdown(attention_figures.query_text_html(data["tokens"], data[which][q], q, offset=offset, pool=pool),
                     unsafe_allow_html=True)
         st.caption(f"Query ({offset + q * pool}) outlined; darker = more of its attention (relative to its largest "

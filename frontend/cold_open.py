@@ -26,6 +26,18 @@ def held_out_clause(sweep: dict) -> str:
             f"changes the loss by {pick['held_out_delta']:+.3f} nats.")
 
 
+def pick_line(sweep: dict) -> str:
+    """The sweep's pick with both of its numbers, in-sample and held-out (under the sweep's heatmap), or ""."""
+    pick = sweep.get("pick") or {}
+    if not pick:
+        return ""
+    head = f"L{pick['layer']}H{pick['head']} at window {window_label(pick['window'])}"
+    line = f"The head this sweep singles out: {head}, {pick['delta']:+.3f} nats on {sweep['eval_set']} (where it was picked)"
+    if pick.get("held_out_delta") is None:
+        return line + "; no held-out set for this model."
+    return line + f", {pick['held_out_delta']:+.3f} nats on held-out {sweep['held_out']} (not used to pick it)."
+
+
 def from_sensitivity(delta: Sequence[Sequence[Sequence[float | None]]], buckets: Sequence[Window]) -> str | None:
     """The sentence from the sensitivity sweep: the head whose loss rises most when it alone is shrunk
     to the smallest window, against the head that minds it least. None when there is nothing to say."""

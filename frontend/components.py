@@ -79,6 +79,18 @@ def ensure_option(page: str, name: str, options: Sequence[Any], what: str = "not
         st.session_state[k] = options[0]
 
 
+def ensure_range(page: str, name: str, lo: float, hi: float) -> None:
+    """Make the bound number (or [low, high] pair) lie within lo..hi; a link's value that does not is
+    reported and replaced by the field's default."""
+    k, default = key(page, name), url_state.defaults(page)[name]
+    value = st.session_state.get(k, default)
+    pair = isinstance(default, list)
+    ok = (isinstance(value, (list, tuple)) and len(value) == 2 and lo <= value[0] <= value[1] <= hi) if pair \
+        else isinstance(value, (int, float)) and lo <= value <= hi
+    link_ignored(page, name, [] if ok else [f"{name}={value} (not within {lo:g}..{hi:g}; showing {default})"])
+    st.session_state[k] = (tuple(value) if pair else value) if ok else (tuple(default) if pair else default)
+
+
 def keep_known(page: str, name: str, known: Sequence[Any], what: str) -> list:
     """The bound list without the items not in `known`; those the link gave are reported."""
     values = st.session_state.get(key(page, name)) or []
@@ -88,10 +100,17 @@ def keep_known(page: str, name: str, known: Sequence[Any], what: str) -> list:
 
 
 def publish(page: str, state: dict[str, Any] | None = None) -> None:
-    """Write the page's state to the URL so the address bar is always a link to this view."""
+    """Write the page's state to the URL so the address bar is always a link to this view.
+
+    Sent when it differs from the URL this run was asked with, or from the last one this session sent
+    for the page: a run's URL is the browser's when the request left, and a URL sent by the run before
+    may still be on its way. (Quick edits a, b: the run for b was asked with the URL before a's, which
+    already said b, so b was not sent, and a's URL arrived after it: the address bar said a.)"""
     encoded = url_state.encode_state(page, state if state is not None else current_state(page))
-    if {k: st.query_params[k] for k in st.query_params} != encoded:
+    sent = f"_published.{page}"
+    if {k: st.query_params[k] for k in st.query_params} != encoded or st.session_state.get(sent) != encoded:
         st.query_params.from_dict(encoded)
+        st.session_state[sent] = encoded
 
 
 def app_base_url() -> str:
@@ -133,15 +152,15 @@ def _shown(page: str) -> None:
 
 
 def first_paint_done(page: str) -> bool:
-    """Whether the browser has shown this page once in this session. Until it has, the page draws a
-    light version (numbers and widgets, no charts) and this call mounts a script that reports the
-    first paint: the page, or the fragment this is called in, then reruns with everything. So a new
-    session sees the numbers before the browser loads and draws Plotly (4.7 MB of code): bench/ui.py."""
+    """Whether the browser has shown this page once in this session. Until it has, the caller leaves
+    its charts out and this call mounts a script that reports the first paint; the fragment this is
+    called in then reruns with them. So a new session sees the numbers before the browser loads and
+    draws Plotly (4.7 MB of code, seconds of the browser's time on a busy box: bench/ui.py). Call it
+    in a fragment that holds only the charts: the paint's rerun is of them alone."""
     if st.session_state.get(f"_painted.{page}"):
         return True
     _FIRST_PAINT(key=f"_painted.{page}.signal", on_shown_change=functools.partial(_shown, page))
     return False
-
 
 
 def show_figure(fig: go.Figure, name: str, **kwargs: Any) -> Any:

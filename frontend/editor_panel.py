@@ -7,12 +7,37 @@ from typing import Any
 
 import streamlit as st
 
-from frontend import api, components, figures, head_editor, history, plans, serving_panel, views
+from frontend import api, cold_open, components, figures, head_editor, history, plans, rerun_timer, serving_panel, views
 
 PAGE = "editor"
 EVAL_SETS = ("mixed", "text", "english", "copy")  # the API's EvalSet; english: the bundled English text
 PRESETS = ["model's own plan", "all full", "uniform window", "k full heads per layer",
            "budgeted allocation", "controller's plan (training run)"]
+
+
+OPENING_POLL_S = 0.4  # how often the browser asks whether the sweep has come back, while it runs
+
+
+def opening_line(model: dict, eval_set: str) -> None:
+    """The cold open's sentence, from the model's own numbers: the one-head sweep (cached by the server
+    after the first time), or for a large model the retained-mass curves (one forward pass). Both run in
+    a worker thread (api.in_background); until the answer is there this says so and asks the browser
+    to rerun it (the page calls it in a fragment of its own), so no run of the page waits for it."""
+    with api.guard("the opening line"):
+        if model["n_layer"] * model["n_head"] <= cold_open.SWEEP_LIMIT:
+            sens = api.ready("sensitivity", model["id"], eval_set)
+            line = sens and cold_open.from_sensitivity(sens["delta"], sens["buckets"])
+            line = line and line + cold_open.held_out_clause(sens)
+            pending = sens is None
+        else:
+            rm = api.ready("retained_mass", model["id"])
+            line = rm and cold_open.from_retained_mass(rm["mass"], rm["buckets"])
+            pending = rm is None
+        if pending:
+            st.caption("Finding the head to try first...")
+            rerun_timer.rerun_after(OPENING_POLL_S)
+        elif line:
+            st.info(line, icon="👋")
 
 
 def plan_history(model: dict, own: list, url_plan: list) -> history.PlanHistory:
@@ -60,10 +85,20 @@ def sink_editor(model: dict) -> int | None:
     """The sink tokens to evaluate with (StreamingLLM: every head also sees the first s tokens): a number
     input starting at the model's own count. None while it is the model's own (the API's default)."""
     own = int(model.get("sinks") or 0)
-    sinks = st.number_input(
-        "Sink tokens", min_value=0, max_value=int(model["seq_len"]), value=own, step=1, key=f"editor._sinks.{model['id']}",
-        help=f"Every head also sees the first N tokens besides its window. This model was trained with {own}.")
-    return None if int(sinks) == own else int(sinks)
+    # a view field (`sinks`, -1: the model's own); the box is keyed by model, so another model starts
+    # from its own count, or from the link's
+    field, k = components.key(PAGE, "sinks"), f"{components.key(PAGE, 'sinks')}.{model['id']}"
+    if k not in st.session_state:
+        linked = st.session_state.get(field, -1)
+        ok = 0 <= linked <= int(model["seq_len"])
+        components.link_ignored(PAGE, "sinks", [] if ok or linked == -1 else
+                                [f"sinks={linked} (not within 0..{model['seq_len']}; showing the model's own {own})"])
+        st.session_state[k] = linked if ok else own
+    sinks = int(st.number_input(
+        "Sink tokens", min_value=0, max_value=int(model["seq_len"]), step=1, key=k,
+        help=f"Every head also sees the first N tokens besides its window. This model was trained with {own}."))
+    st.session_state[field] = -1 if sinks == own else sinks
+    return None if sinks == own else sinks
 
 
 def _on_bulk(hist: history.PlanHistory, what: str) -> None:
@@ -184,15 +219,17 @@ def live_plot(model: dict, own_info: dict, result: dict, metric: str) -> None:
             with st.spinner("Running the allocator (the server evaluates candidate plans)..."):
                 res = api.call("allocate", model["id"], 0.1, metric=metric, eval_set=_eval_set())
             st.session_state[ckey] = res.get("curve", [])
-    x = st.radio("x axis", [metric, "kv_bytes"], horizontal=True, key="editor._xaxis",
-                 format_func=lambda m: "KV cache bytes" if m == "kv_bytes" else m)
+    components.ensure_option(PAGE, "xaxis", ["coverage", "kv_bytes"])
+    axis = st.radio("x axis", ["coverage", "kv_bytes"], horizontal=True, key=components.key(PAGE, "xaxis"),
+                    format_func=lambda m: "KV cache bytes" if m == "kv_bytes" else metric)
+    x = metric if axis == "coverage" else axis
     curve = [{"x": p[x], "y": p["loss"]} for p in st.session_state.get(ckey) or [] if p.get(x) is not None]
     fig = figures.loss_coverage_figure(x, result["eval_set"], curve, live={"x": result[x], "y": result["loss"]},
                                        baseline={"x": own_info[x], "y": result["baseline_loss"]},
                                        rounded=serving_panel.rounded_points(model["id"], result["eval_set"],
                                                                             result["windows"], x))
     components.show_figure(fig, "editor._lossplot")
-    if st.toggle("Stored runs: val_loss vs coverage", key="editor._runs",
+    if st.toggle("Stored runs: val_loss vs coverage", key=components.key(PAGE, "runsplot"),
                  help="a separate plot: a run's val_loss is measured on its own validation set"):
         with api.guard("loading runs for the coverage plot"):
             st.caption("Not on the plot above: a run's val_loss is measured on its own validation set, "

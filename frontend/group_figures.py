@@ -38,7 +38,7 @@ def _smoothed(values: Sequence[Any], smoothing: float) -> list:
 
 
 def group_band_figure(curves: Mapping[str, Mapping[str, Sequence[Any]]], band: str = "std", *,
-                      title: str | None = None, y_title: str = "value",
+                      title: str | None = None, y_title: str,
                       overlay: Mapping[str, tuple[Sequence[int], Sequence[float | None]]] | None = None,
                       overlay_of: Mapping[str, str] | None = None, smoothing: float = 0.0,
                       y_range: tuple[float, float] | None = None) -> go.Figure:

@@ -65,13 +65,14 @@ export default function ({ data, key, parentElement, setStateValue }) {
     s.seq += 1; s.sent = s.seq;
     s.log.push({ ...msg, seq: s.seq });
     setStateValue("log", { log: s.log.slice() });
-    draw();
+    s.draw();
   };
   const shown = () => {  // the script's plan with the edits it has not applied yet
-    const plan = data.plan.map(r => r.slice());
+    const plan = s.data.plan.map(r => r.slice());
     for (const m of s.log) if (m.kind === "edit") plan[m.layer][m.head] = m.window;
     return plan;
   };
+  s.send = send;  // the listeners below are attached once and call this render's functions
 
   let root = parentElement.querySelector(".he");
   if (!root) {
@@ -81,11 +82,26 @@ export default function ({ data, key, parentElement, setStateValue }) {
       '<div class="row2"><div><div class="glabel"></div><div class="pills" role="radiogroup"></div></div>' +
       '<label><div class="glabel typed"></div><input type="number" step="1"></label></div>';
     parentElement.appendChild(root);
+    // one listener per container, on nodes that live as long as the map: a redraw (each rerun) updates
+    // the cells and pills in place, so a click whose press and release straddle a redraw still lands
+    // (replacing the buttons between mousedown and mouseup lost that click: no click event fires)
+    root.querySelector(".grid").addEventListener("click", (e) => {
+      const b = e.target.closest(".cell");
+      if (!b) return;
+      s.sel = [Number(b.dataset.l), Number(b.dataset.h)];
+      s.send({ kind: "select", layer: s.sel[0], head: s.sel[1] });
+    });
+    root.querySelector(".pills").addEventListener("click", (e) => {
+      const b = e.target.closest(".pill");
+      if (!b) return;
+      const [l, h] = s.sel;  // the head the pills are shown for: draw() relabels them with every selection
+      s.send({ kind: "edit", layer: l, head: h, window: b.dataset.w === "full" ? null : Number(b.dataset.w) });
+    });
     root.querySelector("input").addEventListener("change", (e) => {
       const v = parseInt(e.target.value, 10);
       if (!Number.isFinite(v) || v < 1) return;
       const [l, h] = s.sel;
-      send({ kind: "edit", layer: l, head: h, window: v >= s.data.seq_len ? null : v });
+      s.send({ kind: "edit", layer: l, head: h, window: v >= s.data.seq_len ? null : v });
     });
   }
 
@@ -93,38 +109,42 @@ export default function ({ data, key, parentElement, setStateValue }) {
     const d = s.data, plan = shown(), [sl, sh] = s.sel;
     root.querySelector(".cap").textContent = d.caption;
     const grid = root.querySelector(".grid");
-    grid.style.gridTemplateColumns = `32px repeat(${d.n_head}, minmax(0, 1fr))`;
-    const parts = ['<div></div>'];
-    for (let h = 0; h < d.n_head; h++) parts.push(`<div class="lab">H${h}</div>`);
-    for (let l = 0; l < d.n_layer; l++) {
-      parts.push(`<div class="lab">L${l}</div>`);
-      for (let h = 0; h < d.n_head; h++) {
-        const w = plan[l][h], lab = label(w), c = d.colors[lab] || "#888";
-        const cls = ["cell"];
-        if (w !== d.own[l][h]) cls.push("changed");
-        if (l === sl && h === sh) cls.push("sel");
-        if (d.group > 1 && h > 0 && h % d.group === 0) cls.push("kv");
-        parts.push(`<button class="${cls.join(" ")}" data-l="${l}" data-h="${h}" ` +
-          `aria-label="layer ${l}, head ${h}" title="layer ${l}, head ${h}: window ${lab}" ` +
-          `style="background:${c};color:${d.ink[lab] || "#000"}">${lab}</button>`);
+    const shape = `${d.n_layer}x${d.n_head}`;
+    if (grid.dataset.shape !== shape) {  // built once per model shape; later draws update the cells
+      grid.dataset.shape = shape;
+      grid.style.gridTemplateColumns = `32px repeat(${d.n_head}, minmax(0, 1fr))`;
+      const parts = ['<div></div>'];
+      for (let h = 0; h < d.n_head; h++) parts.push(`<div class="lab">H${h}</div>`);
+      for (let l = 0; l < d.n_layer; l++) {
+        parts.push(`<div class="lab">L${l}</div>`);
+        for (let h = 0; h < d.n_head; h++)
+          parts.push(`<button class="cell" data-l="${l}" data-h="${h}" aria-label="layer ${l}, head ${h}"></button>`);
       }
+      grid.innerHTML = parts.join("");
     }
-    grid.innerHTML = parts.join("");
-    grid.querySelectorAll(".cell").forEach(b => b.addEventListener("click", () => {
-      s.sel = [Number(b.dataset.l), Number(b.dataset.h)];
-      send({ kind: "select", layer: s.sel[0], head: s.sel[1] });
-    }));
+    grid.querySelectorAll(".cell").forEach(b => {
+      const l = Number(b.dataset.l), h = Number(b.dataset.h), w = plan[l][h], lab = label(w);
+      const cls = ["cell"];
+      if (w !== d.own[l][h]) cls.push("changed");
+      if (l === sl && h === sh) cls.push("sel");
+      if (d.group > 1 && h > 0 && h % d.group === 0) cls.push("kv");
+      b.className = cls.join(" ");
+      b.title = `layer ${l}, head ${h}: window ${lab}`;
+      b.style.background = d.colors[lab] || "#888";
+      b.style.color = d.ink[lab] || "#000";
+      b.textContent = lab;
+    });
     const cur = label(plan[sl][sh]);
     const name = `Window of layer ${sl}, head ${sh}`;
     root.querySelector(".glabel").textContent = name;
     const pills = root.querySelector(".pills");
     pills.setAttribute("aria-label", name);
-    pills.innerHTML = d.labels.map(lab => `<button class="pill" role="radio" aria-checked="${lab === cur}" ` +
-      `data-w="${lab}">${lab}</button>`).join("");
-    pills.querySelectorAll(".pill").forEach(b => b.addEventListener("click", () => {
-      const w = b.dataset.w === "full" ? null : Number(b.dataset.w);
-      send({ kind: "edit", layer: sl, head: sh, window: w });
-    }));
+    const labels = d.labels.join("|");
+    if (pills.dataset.labels !== labels) {  // rebuilt only when the offered windows change
+      pills.dataset.labels = labels;
+      pills.innerHTML = d.labels.map(lab => `<button class="pill" role="radio" data-w="${lab}">${lab}</button>`).join("");
+    }
+    pills.querySelectorAll(".pill").forEach(b => b.setAttribute("aria-checked", String(b.dataset.w === cur)));
     root.querySelector(".typed").textContent = `or type a window (1-${d.seq_len})`;
     const input = root.querySelector("input");
     input.min = 1; input.max = d.seq_len;
@@ -132,6 +152,7 @@ export default function ({ data, key, parentElement, setStateValue }) {
     if (document.activeElement !== input && parentElement.activeElement !== input)
       input.value = plan[sl][sh] === null ? d.seq_len : plan[sl][sh];
   }
+  s.draw = draw;
   draw();
 }
 """

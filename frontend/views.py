@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 
 from aah_client.client import OWN_WINDOW
 from frontend import api, attention_figures, figures, group_views, plans, run_table, url_state
-from frontend.comparable import run_family
+from frontend.comparable import plan_shape, run_family
 from frontend.export import Section
 
 COVERAGE_KEYS = ("acr", "causal_coverage", "tile_coverage")
@@ -75,7 +75,7 @@ def metric_lines(result: dict) -> list[str]:
 def editor_section(state: dict) -> Section:
     model = pick_model(state["model"])
     plan, own, _ = plan_for(model, state["plan"])
-    result = evaluate(model["id"], plan, state["eval"])
+    result = evaluate(model["id"], plan, state["eval"], None if state["sinks"] < 0 else state["sinks"])
     figs: dict[str, go.Figure] = {
         "grid": figures.window_grid_figure(plan, changed=plans.changed_cells(own, plan), seq_len=model["seq_len"],
                                            title="window plan (red outline: changed vs the model's own plan)")}
@@ -216,14 +216,23 @@ def acr_group_figure(run: dict, state: dict) -> go.Figure | None:
     return group_views.run_group_figure(run, keys, state["band"], own, state["smooth"])
 
 
+def acr_window_figure(latest: dict, shown: dict) -> go.Figure:
+    """The run's window map at a step (GET /run_windows), its heads outlined where they differ from the
+    latest plan: the ACR page and its saved view's slide draw this same figure."""
+    changed = plans.changed_cells(latest["windows"], shown["windows"])
+    return figures.window_grid_figure(shown["windows"], changed=changed,
+                                      title=f"window map at step {shown['step']} (outlined: differs from the latest)")
+
+
 def acr_section(state: dict) -> Section:
     run, figs = acr_figures(state["run"], state["keys"], state["smooth"])
     group = acr_group_figure(run, state)
     if group is not None:
         figs["group"] = group
     try:
-        w = api.cached("run_windows", state["run"], step=None if state["step"] < 0 else state["step"])
-        figs["windows"] = figures.window_grid_figure(w["windows"], title=f"window map at step {w['step']}")
+        latest = api.cached("run_windows", state["run"])
+        figs["windows"] = acr_window_figure(latest, latest if state["step"] < 0 else
+                                            api.cached("run_windows", state["run"], step=state["step"]))
     except api.ApiError:
         pass  # runs without window maps (e.g. paper reference figures) simply have no map panel
     return Section(f"Run #{run['id']} {run['name']}", figs, run_lines(run))
@@ -278,6 +287,23 @@ def window_diff(a: int, b: int) -> tuple[go.Figure, int]:
     return figures.window_diff_figure(d["a"], d["b"], d["changed"], names=(f"run #{a}", f"run #{b}")), d["n_changed"]
 
 
+def diff_partners(a: int, mapped: list[int], by_id: dict[int, dict]) -> tuple[list[int], list[int]]:
+    """The runs that can be B beside A: those of A's plan shape first, then the others."""
+    same = [i for i in mapped if i != a and plan_shape(by_id[i]) == plan_shape(by_id[a])]
+    return same, [i for i in mapped if i != a and i not in same]
+
+
+def diff_pair(state: dict, by_id: dict[int, dict]) -> tuple[int, int] | None:
+    """The two runs whose window maps Compare diffs, as the page picks them: the view's diffa and diffb
+    where they are among its runs, else the first run with a map and the first of its shape."""
+    mapped = [i for i in state["runs"] if i in by_id and not by_id[i].get("read_only")]
+    if len(mapped) < 2:
+        return None
+    a = state["diffa"] if state["diffa"] in mapped else mapped[0]
+    same, others = diff_partners(a, mapped, by_id)
+    return a, state["diffb"] if state["diffb"] in same + others else (same + others)[0]
+
+
 def compare_section(state: dict) -> Section:
     if state.get("mode") == "reproduction":
         return group_views.reproduction_section(state["suite"], state["rkey"])
@@ -285,9 +311,10 @@ def compare_section(state: dict) -> Section:
         return group_views.groups_section(state["groups"], state["keys"], state["band"])
     data = compare_data(state)
     figs = compare_figures(data, data["keys"], state["smooth"])
-    if len(state["runs"]) >= 2:
+    pair = diff_pair(state, {r["id"]: r for r in api.call("runs", limit=500)})  # as the page lists them
+    if pair:
         try:
-            figs["diff"], _ = window_diff(state["runs"][0], state["runs"][1])
+            figs["diff"], _ = window_diff(*pair)
         except api.ApiError:
             pass  # runs without stored window maps cannot be diffed
     lines = [f"{row['run']}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in row.items() if k != "run")

@@ -197,6 +197,8 @@ class SweepPick(Response):
     window: int
     delta: float = Field(description="on eval_set, where it was picked (in-sample)")
     held_out_delta: float | None = Field(description="the same edit on the held-out set (not used to pick)")
+    held_out_loss: float | None = Field(None, description="the edited plan's loss on the held-out set")
+    held_out_baseline_loss: float | None = Field(None, description="the model's own plan's loss on the held-out set")
 
 
 class SensitivityResponse(Response):

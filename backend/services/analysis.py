@@ -5,6 +5,7 @@ response schema; the numerics live in the engine (aah_core.analysis.evaluate, aa
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 from typing import Any
@@ -35,6 +36,8 @@ from backend.schemas.models import (
     SweepPick,
 )
 from backend.services.registry import LoadedModel, Registry
+
+logger = logging.getLogger(__name__)
 
 
 def parse_plan(lm: LoadedModel, windows: Any, field: str = "windows") -> torch.Tensor:
@@ -229,16 +232,28 @@ def sensitivity(registry: Registry, lm: LoadedModel, eval_set: str) -> Sensitivi
         registry.remember(key, hit)
     held_out: str | None = HELD_OUT[eval_set]
     pick = _sweep_pick(hit[1], windows, lm.info.seq_len)
-    if pick is not None:
-        try:  # the picked edit on a set it was not picked on
-            edited = lm.plan.clone()
-            edited[pick.layer, pick.head] = pick.window
-            pick.held_out_delta = (plan_loss(registry, lm, edited, str(held_out))
-                                   - plan_loss(registry, lm, lm.plan, str(held_out)))
-        except InvalidInput:  # no such set for this model
+    if pick is not None:  # the picked edit on a set it was not picked on
+        edited = lm.plan.clone()
+        edited[pick.layer, pick.head] = pick.window
+        scored = held_out_losses(registry, lm, edited, str(held_out))
+        if scored is None:
             held_out = None
+        else:
+            pick.held_out_loss, pick.held_out_baseline_loss = scored
+            pick.held_out_delta = scored[0] - scored[1]
     return SensitivityResponse(buckets=buckets, baseline_loss=hit[0], delta=hit[1], eval_set=eval_set,
                                held_out=held_out, pick=pick)
+
+
+def held_out_losses(registry: Registry, lm: LoadedModel, plan: torch.Tensor,
+                    held_out: str) -> tuple[float, float] | None:
+    """(loss of `plan`, loss of the model's own plan) on the held-out set, the numbers a choice made on
+    another set is checked with (the allocator's plan, the sweep's pick); None when the model has no
+    such set (e.g. trained without a synthetic task)."""
+    try:
+        return plan_loss(registry, lm, plan, held_out), plan_loss(registry, lm, lm.plan, held_out)
+    except InvalidInput:
+        return None
 
 
 def _sweep_pick(delta: list, windows: list[int], seq_len: int) -> SweepPick | None:
@@ -262,11 +277,10 @@ def allocate(registry: Registry, lm: LoadedModel, body: AllocateRequest) -> Allo
         # without the model's lock: live edits are not held up by a search of seconds.
         result = run_allocation(lm.model, lm.batch(body.eval_set), body.budget, metric=body.metric)
         baseline, _, _ = _losses(registry, lm, lm.plan, body.eval_set, False)
-        held_out, held_loss, held_base = body.held_out, None, None
-        try:  # the chosen plan on a set it was not chosen on: the honest number
-            held_loss = plan_loss(registry, lm, result.plan, str(held_out))
-            held_base = plan_loss(registry, lm, lm.plan, str(held_out))
-        except InvalidInput:  # this model has no such set (e.g. trained without a synthetic task)
+        held_out: str | None = body.held_out
+        # the chosen plan on a set it was not chosen on: the honest number
+        held_loss, held_base = held_out_losses(registry, lm, result.plan, str(held_out)) or (None, None)
+        if held_loss is None:
             held_out = None
         T = lm.info.seq_len
         hit = AllocateResponse(
@@ -278,3 +292,28 @@ def allocate(registry: Registry, lm: LoadedModel, body: AllocateRequest) -> Allo
         )
         registry.remember(key, hit)
     return hit
+
+
+# the dashboard's cold open sweeps a model of up to this many heads, and reads a larger one's
+# retained-mass curves instead (frontend/cold_open.py SWEEP_LIMIT; tests/backend/test_warm_up.py)
+OPENING_SWEEP_HEADS = 64
+WARM_EVAL_SET = "mixed"  # the editor's default eval set (EvaluateRequest's)
+
+
+def warm_up(registry: Registry, models: list[LoadedModel]) -> None:
+    """What the editor's first visit asks of each model, computed now into the result cache: its own
+    plan's losses with per-token losses (the first POST /evaluate), and the opening line's numbers
+    (the one-head sweep with its held-out check, or the retained-mass curves). A failure is logged,
+    never fatal: the first visit then computes it."""
+    for lm in models:
+        t0 = time.perf_counter()
+        try:
+            _losses(registry, lm, lm.plan, WARM_EVAL_SET, True)
+            if lm.info.n_layer * lm.info.n_head <= OPENING_SWEEP_HEADS:
+                sensitivity(registry, lm, WARM_EVAL_SET)
+            else:
+                retained_mass(registry, lm, None)
+        except Exception:  # a model that loads but cannot evaluate answers its own error on use
+            logger.exception("warm-up of model %s failed", lm.id)
+            continue
+        logger.info("model %s warmed up in %.1f s", lm.id, time.perf_counter() - t0)

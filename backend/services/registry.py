@@ -262,19 +262,22 @@ class Registry:
                     self.forget_results(dropped)
             return loaded
 
-    def preload(self) -> None:
-        """Load the first registered models at start. Each is loaded or refused on its own: a model that
-        fails is listed as unavailable with the reason, and the service starts whatever any record holds."""
+    def preload(self) -> list[LoadedModel]:
+        """Load the first registered models at start and return them. Each is loaded or refused on its
+        own: a model that fails is listed as unavailable with the reason, and the service starts
+        whatever any record holds."""
+        loaded = []
         usable, unusable = self._scan()
         for model in unusable:
             logger.warning("model %s is unavailable: %s", model.id, model.reason)
         for info in usable[: self.settings.max_loaded_models]:
             try:
-                self.get(info.id)
+                loaded.append(self.get(info.id))
             except Unavailable as exc:
                 logger.warning("preload: %s", exc.detail)
             except Exception:  # e.g. the store went away meanwhile: the next request loads it again
                 logger.exception("preload of model %s failed", info.id)
+        return loaded
 
     # -- the result cache (by model, kind and plan) ------------------------------------------
 

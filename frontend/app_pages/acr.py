@@ -3,12 +3,32 @@ window fractions, and the window map at any step."""
 
 import streamlit as st
 
-from frontend import api, components, figures, group_figures, groups, jobs, plans, user_text, views, zoom_chart
+from frontend import api, components, group_figures, groups, jobs, user_text, views, zoom_chart
 
 PAGE = "acr"
 st.title("ACR curves")
 first_visit = PAGE not in st.session_state.get("_seeded_pages", set()) and "run" not in st.query_params
 state = components.bind_state(PAGE)
+
+
+def _picked(wkey: str) -> None:
+    """A run picked: it becomes the view's run, and its step range starts whole."""
+    st.session_state[components.key(PAGE, "run")] = st.session_state[wkey]
+    st.session_state.pop(components.key(PAGE, "steps"), None)
+
+
+def steps_slider(run_id: int, last_step: int) -> tuple[int, int]:
+    """The step range, kept in the view's `steps` ([] = all of it, so a live run's range keeps growing);
+    the slider is keyed by run, so another run starts from its whole range, or from the link's range."""
+    k, saved = f"{PAGE}.steps.{run_id}", st.session_state.get(components.key(PAGE, "steps")) or []
+    if k not in st.session_state:
+        ok = len(saved) == 2 and 0 <= saved[0] <= saved[1] <= last_step
+        components.link_ignored(PAGE, "steps", [] if ok or not saved else
+                                [f"steps={','.join(map(str, saved))} (not within 0..{last_step}; showing all)"])
+        st.session_state[k] = tuple(saved) if ok else (0, last_step)
+    first, last = st.slider("Steps", 0, last_step, key=k)
+    st.session_state[components.key(PAGE, "steps")] = [] if (first, last) == (0, last_step) else [first, last]
+    return first, last
 
 with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     runs = api.call("runs", limit=500)
@@ -20,7 +40,13 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
         st.session_state[components.key(PAGE, "run")] = groups.default_run(runs)
     components.ensure_option(PAGE, "run", list(labels), "no such run", lambda i: f"run #{i}")
     c1, c2, c3 = st.columns([2, 3, 1])
-    run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=components.key(PAGE, "run"))
+    # Streamlit's selectbox keeps showing the label it was drawn with when only that label changes (a
+    # live run's "(RUNNING)" stayed after its end, the options already saying FINISHED: issue 23), so
+    # the picker is keyed by the shown run's status too: a new status is a new widget, with its label
+    shown = st.session_state[components.key(PAGE, "run")]
+    wkey = f"{components.key(PAGE, 'run')}.{next(r['status'] for r in runs if r['id'] == shown)}"
+    st.session_state[wkey] = shown  # the view's run; a pick reaches it through _picked, before this line
+    run_id = c1.selectbox("Run", list(labels), format_func=labels.get, key=wkey, on_change=_picked, args=(wkey,))
     metrics = api.call("run_metrics", run_id, max_points=views.CURVE_POINTS)["series"]
     keys = sorted(k for k in metrics if not k.startswith("window_frac/"))
     chosen = st.session_state[components.key(PAGE, "keys")]
@@ -38,8 +64,7 @@ with api.guard("loading runs", stop=True), st.spinner("Loading runs..."):
     # Long runs come downsampled (bucket min/max, views.CURVE_POINTS per series); narrowing the step
     # range asks the server again for just that range, in finer buckets.
     last_step = max((max(s["step"]) for s in metrics.values() if s["step"]), default=0)
-    first, last = st.slider("Steps", 0, last_step, (0, last_step), key=f"{PAGE}.steps.{run_id}") \
-        if last_step > 0 else (0, 0)
+    first, last = steps_slider(run_id, last_step) if last_step > 0 else (0, 0)
     # the range's open ends stay open, so that a live run's curves keep growing
     step_range = (first or None, None if last >= last_step else last)
 
@@ -114,9 +139,7 @@ with api.guard("window map"):
     else:
         step = st.session_state[components.key(PAGE, "step")]
     wm = api.cached("run_windows", run_id, step=step)  # a stored step's plan never changes
-    changed = plans.changed_cells(latest["windows"], wm["windows"])
-    title = f"window map at step {wm['step']} (outlined: differs from the latest)"
-    components.show_figure(figures.window_grid_figure(wm["windows"], changed=changed, title=title), "acr._windows")
+    components.show_figure(views.acr_window_figure(latest, wm), "acr._windows")
 
 state = components.current_state(PAGE)
 components.publish(PAGE, state)

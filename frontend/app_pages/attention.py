@@ -3,7 +3,7 @@ retained-mass and sensitivity diagnostics."""
 
 import streamlit as st
 
-from frontend import api, attention_figures, attention_panel, components, figures, plans, views
+from frontend import api, attention_figures, attention_panel, cold_open, components, figures, plans, views
 
 PAGE = "attention"
 st.title("Attention")
@@ -76,15 +76,16 @@ with api.guard("attention maps"):
     attention_panel.query_text(data)
 
 with api.guard("retained-mass curves"):
-    if st.toggle("Retained-mass curve for this head", value=True, key="attention._rm"):
+    if st.toggle("Retained-mass curve for this head", key=components.key(PAGE, "rm")):
         with st.spinner("Computing retained mass for every head..."):
             if own_text:  # the pasted text, on the span shown above: the curve and τ are about this text
                 rm = api.cached("retained_mass_of_text", model_id, own_text, st.session_state.get("attention._offset", 0))
                 st.caption("On your text, the tokens shown above.")
             else:
                 rm = api.cached("retained_mass", model_id, text_id=state["text"] or None)
-        tau = st.slider("τ (suggest the smallest window keeping this much mass)", 0.5, 0.99, 0.9, 0.01,
-                        key="attention._tau")
+        components.ensure_range(PAGE, "tau", 0.5, 0.99)
+        tau = st.slider("τ (suggest the smallest window keeping this much mass)", 0.5, 0.99, step=0.01,
+                        key=components.key(PAGE, "tau"))
         mass = rm["mass"][layer][head]
         fig = figures.retained_mass_figure(rm["buckets"], mass, own[layer][head], model["seq_len"], tau=tau,
                                            title=f"L{layer}H{head}: mass within w keys")
@@ -94,7 +95,7 @@ with api.guard("retained-mass curves"):
                    f"(assigned: {plans.window_label(own[layer][head])}).")
 
 with api.guard("sensitivity sweep"):
-    if st.toggle("Sensitivity sweep (Δloss when one head alone is shrunk)", value=False, key="attention._sens"):
+    if st.toggle("Sensitivity sweep (Δloss when one head alone is shrunk)", key=components.key(PAGE, "sens")):
         with st.spinner("Running the sweep on the server (one evaluation per head and window; cached after)..."):
             sens = api.cached("sensitivity", model_id)
         labels = [plans.window_label(b) for b in sens["buckets"]]
@@ -102,5 +103,6 @@ with api.guard("sensitivity sweep"):
         k = st.selectbox("Window for the sweep", list(range(len(labels))), format_func=labels.__getitem__,
                          key=components.key(PAGE, "bucket"))
         components.show_figure(figures.sensitivity_figure(sens["delta"], sens["buckets"], k), "attention._sensfig")
+        st.caption(cold_open.pick_line(sens))
 
 components.share_bar(PAGE, components.current_state(PAGE), lambda: views.attention_section(components.current_state(PAGE)))

@@ -74,12 +74,14 @@ with api.guard("window-map diff"):
     mapped = [i for i in chosen if not by_id[i].get("read_only")]
     if len(mapped) >= 2:
         c1, c2 = st.columns(2)
-        a = c1.selectbox("Window map A", mapped, format_func=labels.get, key="compare._a")
-        same = [i for i in mapped if i != a and comparable.plan_shape(by_id[i]) == comparable.plan_shape(by_id[a])]
-        others = [i for i in mapped if i != a and i not in same]
-        if st.session_state.get("compare._b") not in same + others:
-            st.session_state.pop("compare._b", None)  # the default: the first run of A's shape
-        b = c2.selectbox("Window map B", same + others, format_func=labels.get, key="compare._b")
+        ka, kb = components.key(PAGE, "diffa"), components.key(PAGE, "diffb")
+        if st.session_state.get(ka) not in mapped:
+            st.session_state[ka] = mapped[0]  # 0 (the default) or a run no longer chosen: the first
+        a = c1.selectbox("Window map A", mapped, format_func=labels.get, key=ka)
+        same, others = views.diff_partners(a, mapped, by_id)
+        if st.session_state.get(kb) not in same + others:
+            st.session_state[kb] = (same + others)[0]  # the default: the first run of A's shape
+        b = c2.selectbox("Window map B", same + others, format_func=labels.get, key=kb)
         sa, sb = comparable.plan_shape(by_id[a]), comparable.plan_shape(by_id[b])
         if sa is None or sa != sb:
             shape = {None: "an unrecorded shape"} | {s: f"{s[0]} layers × {s[1]} heads" for s in (sa, sb) if s}
@@ -94,4 +96,6 @@ with api.guard("window-map diff"):
     else:
         st.caption("Pick two runs with window maps (ours, not the paper's figures) to see their diff.")
 
+state = components.current_state(PAGE)  # with the diff's pair, chosen above
+components.publish(PAGE, state)
 components.share_bar(PAGE, state, lambda: views.compare_section(state))

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from frontend import api, cold_open, components, editor_panel, figures, generate_panel, plans, serving_panel, views
+from frontend import api, components, editor_panel, figures, generate_panel, history, plans, serving_panel, views
 
 PAGE = "editor"
 st.title("Window editor")
@@ -27,8 +27,8 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
     c3.selectbox("Coverage metric for plots", ["causal_coverage", "acr"], key=components.key(PAGE, "metric"))
     model = next(m for m in models if m["id"] == model_id)
     c1.caption(views.model_caption(model))
-    # the cold open: filled after the panel, so the first loss is not held up by it; its height is
-    # reserved now, so the map below never moves when the line arrives
+    # the cold open: filled after the panel by its own fragment, so neither the first loss nor the
+    # script run waits for the sweep; its height is reserved now, so the map never moves when it arrives
     opening = st.container(height=100, border=False)
     own_info = api.cached("model_windows", model_id)
     for_this_model = state["model"] in ("", model_id)
@@ -69,36 +69,36 @@ def panel() -> None:
     st.session_state[components.key(PAGE, "plan")] = "" if hist.current == own else plans.encode_plan(hist.current)
     live = components.current_state(PAGE)
     components.publish(PAGE, live)
-    left, right = st.columns([3, 2])
-    with left:  # a new session: the loss above is drawn first, the charts once the browser has shown it
-        charts = components.first_paint_done(PAGE)
-    if not charts:
-        left.caption("Drawing the charts...")
-    else:
-        with left:
-            editor_panel.table_editor(model, hist)
-        with right:
-            if result:
-                editor_panel.live_plot(model, own_info, result, live["metric"])
-        if result and result.get("per_token"):
-            pt = result["per_token"]
-            components.show_figure(figures.token_delta_figure(pt["tokens"], pt["delta"]), "editor._strip")
+    charts(hist, result, live["metric"])
     generate_panel.generate_panel(model, hist.current)
     components.share_bar(PAGE, live, lambda: views.editor_section(live))
 
 
+@st.fragment
+def charts(hist: history.PlanHistory, result: dict | None, metric: str) -> None:
+    """The table and the charts, in a fragment inside the panel's: an edit redraws them with the panel,
+    and a new session's first paint reruns them alone (the loss and the map are not run again)."""
+    left, right = st.columns([3, 2])
+    if not components.first_paint_done(PAGE):
+        left.caption("Drawing the charts...")
+        return
+    with left:
+        editor_panel.table_editor(model, hist)
+    with right:
+        if result:
+            editor_panel.live_plot(model, own_info, result, metric)
+    if result and result.get("per_token"):
+        pt = result["per_token"]
+        components.show_figure(figures.token_delta_figure(pt["tokens"], pt["delta"]), "editor._strip")
+    components.publish(PAGE)  # its x axis and stored-runs plot are view fields, changed in this fragment's runs
+
+
+@st.fragment
+def opening_line() -> None:
+    """The cold open's sentence in its own fragment: its timer (while the sweep runs) reruns it alone."""
+    editor_panel.opening_line(model, st.session_state[components.key(PAGE, "eval")])
+
+
 panel()
-with api.guard("the opening line"):
-    # from the model's own numbers: the one-head sweep (cached by the server after the first time), or
-    # for a large model the retained-mass curves (one forward pass)
-    if model["n_layer"] * model["n_head"] <= cold_open.SWEEP_LIMIT:
-        sens = api.cached("sensitivity", model_id, st.session_state[components.key(PAGE, "eval")])
-        line = cold_open.from_sensitivity(sens["delta"], sens["buckets"])
-        line = line and line + cold_open.held_out_clause(sens)
-    else:
-        rm = api.cached("retained_mass", model_id)
-        line = cold_open.from_retained_mass(rm["mass"], rm["buckets"])
-    if line:
-        opening.info(line, icon="👋")
-    else:
-        opening.caption("")
+with opening:
+    opening_line()

@@ -249,6 +249,9 @@ def test_the_sweeps_pick_is_checked_on_a_held_out_set(client):
     plan[pick["layer"]][pick["head"]] = 4
     held = client.post(f"{API}/models/demo/evaluate", json={"windows": plan, "eval_set": "english"}).json()
     assert pick["held_out_delta"] == pytest.approx(held["delta"], abs=1e-6)
+    # both numbers, as the allocator gives them: the edited plan's held-out loss and the own plan's
+    assert pick["held_out_loss"] == pytest.approx(held["loss"], abs=1e-6)
+    assert pick["held_out_baseline_loss"] == pytest.approx(held["baseline_loss"], abs=1e-6)
 
 
 def test_allocate_under_a_budget(client):

@@ -165,7 +165,8 @@ class FakeApi:
                   for head in range(N_HEAD)] for layer in range(N_LAYER)]
         held = "text" if eval_set == "english" else "english"
         return {"buckets": BUCKETS, "baseline_loss": 2.0, "delta": delta, "eval_set": eval_set, "held_out": held,
-                "pick": {"layer": 1, "head": 2, "window": BUCKETS[0], "delta": 0.3, "held_out_delta": 0.125}}
+                "pick": {"layer": 1, "head": 2, "window": BUCKETS[0], "delta": 0.3, "held_out_delta": 0.125,
+                         "held_out_loss": 2.125, "held_out_baseline_loss": 2.0}}
 
     def allocate(self, model_id, budget, metric="causal_coverage", eval_set="mixed", held_out=None):
         self._rec("allocate", model_id, budget, metric=metric, eval_set=eval_set, held_out=held_out)

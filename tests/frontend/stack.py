@@ -106,14 +106,15 @@ def running_api_process(data: Path, log: Path, env: dict[str, str | None] | None
 
 
 @contextlib.contextmanager
-def running_stack(work: Path, timeout: float = 120.0) -> Iterator[Stack]:
-    """Both services up and healthy for the duration of the block; both stopped afterwards."""
+def running_stack(work: Path, timeout: float = 120.0, env: dict[str, str] | None = None) -> Iterator[Stack]:
+    """Both services up and healthy for the duration of the block (with `env` added to theirs); both
+    stopped afterwards."""
     data, logs = work / "data", work / "logs"
     data.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     api_port, ui_port = free_port(), free_port()
     api_url, ui_url = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{ui_port}"
-    env = {**os.environ, "AAH_DATA_DIR": str(data), "AAH_API_URL": api_url, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **(env or {}), "AAH_DATA_DIR": str(data), "AAH_API_URL": api_url, "PYTHONPATH": str(ROOT)}
     env.pop("AAH_API_TOKEN", None)
     procs = []
     try:
@@ -189,9 +190,8 @@ def metric_value(page, label: str) -> str:
 
 
 def editor_ready(page, timeout: float = 60.0) -> str:
-    """Wait until the editor is fully drawn: the loss, then the window map (a new session draws its
-    charts once the browser has shown the loss); returns the loss. Clicks made before then may meet the
-    rerun that adds the charts."""
+    """Wait until the editor is fully drawn: the loss, then its charts (a new session draws them once
+    the browser has shown the loss, in a rerun of the charts' own fragment); returns the loss."""
     loss = wait_for(lambda: metric_value(page, "loss (nats)"), timeout, what="the first loss")
     wait_for(lambda: page.locator('[data-testid="stPlotlyChart"] .main-svg').count() >= 1, timeout,
              what="the window map")

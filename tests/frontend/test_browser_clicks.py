@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from frontend import plans
@@ -75,6 +76,48 @@ def test_forty_quick_pill_clicks_each_count_once(live, model):
     page.close()
 
 
+def test_a_bad_head_in_the_link_stays_reported_while_the_user_edits(live, model):
+    """Issue 23: the warning for a link's bad layer disappeared within seconds (a fragment's rerun
+    cleared it); it stays through an edit and the page's later reruns."""
+    stack, browser = live
+    own = httpx.get(f"{stack.api_url}/api/v1/models/{model['id']}/windows", timeout=30).json()["windows"]
+    page = S.open_page(browser, f"{stack.ui_url}/?model={model['id']}&layer=99&head=1")
+    S.editor_ready(page)
+    warning = page.locator('[data-testid="stAlertContentWarning"]').filter(has_text="layer=99 (this model has layers")
+    expect(warning).to_be_visible()
+    other = next(lab for lab in _labels(model) if lab != plans.window_label(own[0][1]))
+    page.get_by_role("radiogroup", name="Window of layer 0, head 1").get_by_role("radio", name=other, exact=True).click()
+    _steps(page, 1)
+    S.settled(page)
+    expect(warning).to_be_visible()
+    page.close()
+
+
+_ACKED = """([n]) => [...(globalThis.__aahHeadEditor || new Map()).values()].some(s => s.data && s.data.ack >= n)"""
+
+
+def test_a_click_pressed_before_a_redraw_and_released_after_it_lands(live, model):
+    """A click whose press comes before a redraw of the map (the script's answer to an edit) and whose
+    release comes after it picks the head pressed: the press is made, the redraw waited for, then the
+    release."""
+    stack, browser = live
+    own = httpx.get(f"{stack.api_url}/api/v1/models/{model['id']}/windows", timeout=30).json()["windows"]
+    page = _open_editor(browser, stack, model)
+    other = next(lab for lab in _labels(model) if lab != plans.window_label(own[0][0]))
+    page.get_by_role("radiogroup", name="Window of layer 0, head 0").get_by_role("radio", name=other, exact=True).click()
+    box = page.get_by_role("button", name="layer 1, head 1", exact=True).bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.wait_for_function(_ACKED, arg=[1])  # the script applied the edit and the map was drawn with it
+    page.mouse.up()
+    expect(page.get_by_role("radiogroup", name="Window of layer 1, head 1")).to_be_visible(timeout=5000)
+    page.close()
+
+
+_MAP_STATE = """() => [...(globalThis.__aahHeadEditor || new Map()).values()].map(s => ({sel: s.sel, seq: s.seq,
+  sent: s.sent, log: s.log, ack: s.data && s.data.ack, data_sel: s.data && s.data.sel}))"""
+
+
 def _map_then_pill_edits(page, model: dict, own: list, pace_s: float = 0.7) -> list:
     """12 edits of 12 different heads: click the head on the map, then a window pill, one edit every
     `pace_s`. Returns the plan asked for."""
@@ -87,8 +130,12 @@ def _map_then_pill_edits(page, model: dict, own: list, pace_s: float = 0.7) -> l
         time.sleep(max(0.0, start + pace_s * i - time.monotonic()))
         target = next(lab for lab in labels[i % len(labels):] + labels if lab != plans.window_label(own[l][h]))
         page.get_by_role("button", name=f"layer {l}, head {h}", exact=True).click()
-        page.get_by_role("radiogroup", name=f"Window of layer {l}, head {h}").get_by_role(
-            "radio", name=target, exact=True).click()
+        try:
+            page.get_by_role("radiogroup", name=f"Window of layer {l}, head {h}").get_by_role(
+                "radio", name=target, exact=True).click(timeout=30_000)
+        except PlaywrightTimeout:  # say what the map held: its selection, what it sent, what the script acked
+            raise AssertionError(f"edit {i}: no pills for layer {l}, head {h}; map state "
+                                 f"{page.evaluate(_MAP_STATE)}") from None
         wanted[l][h] = plans.parse_window(target)
     return wanted
 

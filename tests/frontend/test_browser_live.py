@@ -65,3 +65,31 @@ def test_a_job_shows_progress_while_it_trains_and_pages_follow_its_status(live):
     assert acr_page.locator('[data-testid="stException"]').count() == 0
     runs_page.close()
     acr_page.close()
+
+
+def test_a_tracked_run_that_ends_while_its_acr_page_is_open_is_finished_in_the_picker_too(live):
+    """Issue 23: 30 s after a tracked run's end the ACR page's caption said FINISHED and its run picker
+    still RUNNING. A run tracked from elsewhere (not a job of this server): the page must follow its end
+    in the picker as in the caption."""
+    stack, browser = live
+    api = f"{stack.api_url}/api/v1"
+    made = httpx.post(f"{api}/tracking/runs", json={"run_key": "picker-test-run", "name": "tracked-live",
+                                                    "config": {}, "total_steps": 100}, timeout=30).json()
+    rid, secret = made["run"]["id"], {"X-AAH-Run-Secret": made["write_secret"]}
+
+    def log(step: int) -> None:
+        httpx.post(f"{api}/tracking/runs/{rid}/log", headers=secret, json={"series": {"train_loss": {
+            "step": [step], "value": [3.0 - step / 100], "time": [1.7e9 + step]}}}, timeout=30).raise_for_status()
+
+    log(1)
+    page = S.open_page(browser, f"{stack.ui_url}/acr?run={rid}&keys=train_loss")
+    S.wait_for(lambda: f"#{rid} tracked-live (RUNNING)" in _picker(page), what="the picker naming the live run")
+    log(2)
+    httpx.post(f"{api}/tracking/runs/{rid}/status", headers=secret, json={"status": "FINISHED"},
+               timeout=30).raise_for_status()
+    S.wait_for(lambda: page.get_by_text(re.compile(r"^status FINISHED")).count(), timeout=30,
+               what="FINISHED in the caption")
+    S.wait_for(lambda: f"#{rid} tracked-live (FINISHED)" in _picker(page), timeout=30,
+               what="FINISHED in the run picker")
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.close()

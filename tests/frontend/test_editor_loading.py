@@ -1,19 +1,38 @@
 """The editor's light first paint and lazy parts under AppTest: the loss before the charts, expanders
 built only while open, and the head editor's message log applied once."""
 
-from frontend import head_editor, history
+import threading
+
+from frontend import api, head_editor, history
 from tests.frontend.test_pages import first_paint, open_expander, page
 
 
-def test_editor_shows_the_loss_first_and_the_charts_once_the_browser_has_shown_it(fake_api):
-    at = page("editor")
+def test_a_new_session_draws_the_loss_first_and_never_waits_for_the_sweep(fake_api):
+    """Issue 23: the cold open's sweep runs in a worker thread and its line in its own fragment, so the
+    page's first run draws the loss without waiting for it; the charts come with the browser's first
+    paint (a rerun of the charts' own fragment, components.first_paint_done)."""
+    release = threading.Event()
+    sweep = fake_api.sensitivity
+
+    def slow_sweep(*args, **kwargs):
+        assert release.wait(60), "the test never released the sweep"
+        return sweep(*args, **kwargs)
+
+    fake_api.sensitivity = slow_sweep
+    at = page("editor")  # returns while the sweep is still held: the run did not wait for it
+    assert at.metric[0].label == "loss (nats)" and not at.exception
     loss = at.metric[0].value
-    assert at.metric[0].label == "loss (nats)" and not at.get("plotly_chart")
-    assert any(c.value.startswith("Drawing the charts") for c in at.caption)
-    at = first_paint(at, "editor")
-    keys = {c.proto.id for c in at.get("plotly_chart")}
-    assert len(keys) == 2 and at.metric[0].value == loss and not at.exception  # the loss plot, the token strip
-    assert not any(c.value.startswith("Drawing the charts") for c in at.caption)
+    assert not at.get("plotly_chart") and any(c.value.startswith("Drawing the charts") for c in at.caption)
+    assert any(c.value.startswith("Finding the head to try first") for c in at.caption)
+    assert not [i for i in at.info if "needs far context most" in i.value]
+    assert [e for e in at.get("bidi_component") if e.proto.component_name == "aah_rerun_timer"]
+    release.set()
+    api.in_background("sensitivity", "demo", "mixed").result(timeout=60)
+    at = first_paint(at, "editor")  # the browser's report, and its timer: the charts and the line are there
+    assert len(at.get("plotly_chart")) == 2 and at.metric[0].value == loss  # the loss plot, the token strip
+    assert [i for i in at.info if "needs far context most" in i.value]
+    assert not [e for e in at.get("bidi_component") if e.proto.component_name == "aah_rerun_timer"]
+    assert not any(c.value.startswith("Finding the head") for c in at.caption)
 
 
 def test_editor_generate_panel_shows_both_continuations(fake_api):

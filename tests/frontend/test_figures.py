@@ -295,7 +295,7 @@ def test_group_bands_mark_each_runs_nonfinite_points_in_the_groups_colour():
 
     curve = {"step": [0, 10], "mean": [2.0, 1.5], "std": [0.1, None], "min": [1.9, 1.5], "max": [2.1, 1.5],
              "n": [2, 1], "nonfinite": {"7": {"step": [10], "kind": ["nan"], "total": 1}}}
-    fig = group_figures.group_band_figure({"g": curve}, "std", overlay={"this run": ([0, 10], [2.0, "-inf"])})
+    fig = group_figures.group_band_figure({"g": curve}, "std", y_title="val_loss", overlay={"this run": ([0, 10], [2.0, "-inf"])})
     (mark,) = _markers(fig)
     mean = next(t for t in fig.data if t.name and t.name.startswith("g ("))
     assert list(mark.hovertext) == ["NaN at step 10 · g · run #7"] and mark.marker.color == mean.line.color
@@ -314,7 +314,7 @@ def test_group_band_bands_under_lines_and_this_run_in_its_keys_colour():
     curves = {"train_loss · group g": _curve([0, 1], [3.0, 2.0], [0.1, 0.1]),
               "val_loss · group g": _curve([0, 1], [3.2, 2.2], [0.2, 0.2])}
     overlay = {"train_loss · this run": ([0, 1], [3.1, 2.1]), "val_loss · this run": ([0, 1], [3.3, 2.3])}
-    fig = group_figures.group_band_figure(curves, "std", overlay=overlay, overlay_of={
+    fig = group_figures.group_band_figure(curves, "std", y_title="val_loss", overlay=overlay, overlay_of={
         "train_loss · this run": "train_loss · group g", "val_loss · this run": "val_loss · group g"})
     kinds = ["band" if t.line.width == 0 else "line" for t in fig.data]
     assert kinds == ["band"] * 4 + ["line"] * 4  # every band before every line
@@ -331,12 +331,12 @@ def test_group_band_follows_the_ema_slider_on_dense_series():
     values = [float(s % 5) for s in steps]
     curves = {"train_loss · group g": _curve(steps, values, [0.1] * len(steps))}
     overlay = {"train_loss · this run": (steps, values)}
-    raw = group_figures.group_band_figure(curves, "std", overlay=overlay)
-    smooth = group_figures.group_band_figure(curves, "std", overlay=overlay, smoothing=0.6)
+    raw = group_figures.group_band_figure(curves, "std", y_title="val_loss", overlay=overlay)
+    smooth = group_figures.group_band_figure(curves, "std", y_title="val_loss", overlay=overlay, smoothing=0.6)
     assert list(raw.data[2].y) == values and list(smooth.data[2].y) == pytest.approx(figures.ema(values, 0.6))
     assert list(smooth.data[3].y) == pytest.approx(figures.ema(values, 0.6)) and "EMA 0.6" in smooth.data[3].name
     sparse = {"val_loss · group g": _curve([0, 100], [3.0, 2.0], [0.1, 0.1])}
-    assert list(group_figures.group_band_figure(sparse, "std", smoothing=0.6).data[2].y) == [3.0, 2.0]
+    assert list(group_figures.group_band_figure(sparse, "std", y_title="val_loss", smoothing=0.6).data[2].y) == [3.0, 2.0]
 
 
 def test_legends_sit_below_the_plot_and_never_take_its_width():
@@ -344,7 +344,7 @@ def test_legends_sit_below_the_plot_and_never_take_its_width():
 
     many = {f"a long run name number {i} · seed {i}": ([0, 1], [1.0, 2.0]) for i in range(12)}
     for fig in (figures.metric_curves_figure(many, 0.0),
-                group_figures.group_band_figure({"g": _curve([0, 1], [1.0, 2.0], [0.1, 0.1])})):
+                group_figures.group_band_figure({"g": _curve([0, 1], [1.0, 2.0], [0.1, 0.1])}, y_title="val_loss")):
         legend = fig.layout.legend
         assert legend.orientation == "h" and legend.y < 0 and legend.yanchor == "top"
 

@@ -31,8 +31,18 @@ def open_expander(at: AppTest, key: str) -> None:
 
 
 def first_paint(at: AppTest, name: str) -> AppTest:
-    """What the browser's first-paint report (components.first_paint_done) does: the page reruns with its charts."""
+    """What the browser's first-paint report (components.first_paint_done) does: the charts' fragment
+    reruns with its charts (AppTest reruns the page: it has no fragment reruns)."""
     at.session_state[f"_painted.{name}"] = True
+    return at.run()
+
+
+def with_opening_line(at: AppTest, model: str = "demo", eval_set: str = "mixed") -> AppTest:
+    """The editor once its sweep (a worker thread: api.in_background) has come back, rerun as the
+    browser's timer asks (test_editor_loading.py checks that the first run does not wait for it)."""
+    from frontend import api
+
+    api.in_background("sensitivity", model, eval_set).result(timeout=60)
     return at.run()
 
 
@@ -117,7 +127,7 @@ def test_editor_evaluates_the_models_own_plan_with_per_token(fake_api):
 
 
 def test_editor_opens_with_a_sentence_from_the_models_own_sweep(fake_api):
-    at = page("editor")
+    at = with_opening_line(page("editor"))
     assert fake_api.called("sensitivity")[0][2] == {"eval_set": "mixed"}
     line = next(i.value for i in at.info if "needs far context most" in i.value)
     assert "layer 1 head 2" in line and "set it to 4" in line  # the fake sweep's worst head, its smallest window
@@ -244,7 +254,7 @@ def test_attention_url_state_drives_the_request_and_round_trips(fake_api):
     assert fake_api.called("attention")[-1][2]["window"] is None  # full is null, as in a plan
     at.selectbox(key="attention.window").select("own").run()
     assert fake_api.called("attention")[-1][2]["window"] == "own"  # the head's own window, asked explicitly
-    at.toggle(key="attention._sens").set_value(True).run()
+    at.toggle(key="attention.sens").set_value(True).run()
     assert fake_api.called("sensitivity") and not at.exception
     at.selectbox(key="attention.scale").select("log").run()
     assert url(at)["scale"] == "log" and not at.exception  # the colour scale is part of the link
@@ -303,7 +313,8 @@ def test_compare_page_aggregation_and_window_diff(fake_api):
     assert args == ([1, 2],) and kwargs == {"keys": ["val_loss", "acr"], "agg": "max", "step": None,
                                            "max_points": views.CURVE_POINTS}
     assert fake_api.called("windows_diff")
-    assert url(at) == {"runs": "1,2", "agg": "max", "keys": "val_loss,acr"}
+    # the diff's pair is part of the view (issue 23: a saved view restores every control)
+    assert url(at) == {"runs": "1,2", "agg": "max", "keys": "val_loss,acr", "diffa": "1", "diffb": "2"}
     at.selectbox(key="compare.agg").select("at_step").run()
     at.number_input(key="compare.step").set_value(20).run()
     assert fake_api.called("compare_runs")[-1][2] == {"keys": ["val_loss", "acr"], "agg": "at_step", "step": 20,
@@ -396,7 +407,7 @@ def test_attention_on_the_users_own_text(fake_api):
     # issue 23: the retained-mass curve and τ's suggestion are computed on this text, not the bundled ones
     assert fake_api.called("retained_mass_of_text")[-1][1] == ("demo", "def f(x): return x", 0)
     assert not fake_api.called("retained_mass")
-    at = first_paint(at, "attention")
+    at.run()
     mass = fake_api.retained_mass_of_text("demo", "x")["mass"][0][0]
     drawn = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("attention._retained")).proto.spec)
     assert mass in [t["y"] for t in drawn["data"]]
@@ -607,7 +618,7 @@ def test_a_plan_for_a_model_that_is_not_here_is_reported_not_dropped(fake_api):
 
 def test_editor_sink_count_starts_at_the_models_own_and_is_sent_when_changed(fake_api):
     at = page("editor")
-    box = at.number_input(key="editor._sinks.demo")
+    box = at.number_input(key="editor.sinks.demo")
     assert box.value == 0 and "trained with 0" in box.help  # the model's own count (fake: 0)
     assert "sinks" not in fake_api.called("evaluate")[-1][2]  # its own: the API's default, not sent
     before = at.metric[0].value
@@ -615,6 +626,52 @@ def test_editor_sink_count_starts_at_the_models_own_and_is_sent_when_changed(fak
     (_, args, kwargs) = fake_api.called("evaluate")[-1]
     assert args == ("demo", OWN) and kwargs == {"eval_set": "mixed", "per_token": True, "sinks": 4}
     assert not at.exception and at.metric[0].value != before  # the loss shown is the one evaluated with sinks
-    at = at.number_input(key="editor._sinks.demo").set_value(0).run()
+    at = at.number_input(key="editor.sinks.demo").set_value(0).run()
     assert at.metric[0].value == before  # back to the model's own: the first answer (served from the cache)
     assert all("sinks" not in kwargs for _, _, kwargs in fake_api.called("evaluate")[:-1])
+
+
+@pytest.mark.parametrize("name,link", [("editor", {}), ("acr", {"run": "1", "band": "std", "keys": "val_loss,train_loss"}),
+                                       ("compare", {"runs": "1,2", "keys": "val_loss,acr"}),
+                                       ("compare", {"mode": "groups", "keys": "val_loss"}),
+                                       ("compare", {"mode": "reproduction"}), ("attention", {"sens": "1"})])
+def test_no_chart_titles_an_axis_value(fake_api, name, link):
+    """Issue 23: y axes were titled "value"; every axis of every chart a page draws names what it shows."""
+    at = first_paint(page(name, **link), name)
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert specs and not at.exception
+    for spec in specs:
+        axes = {k: v for k, v in spec["layout"].items() if k.startswith(("xaxis", "yaxis"))}
+        titles = [(a.get("title") or {}).get("text") if isinstance(a.get("title"), dict) else a.get("title")
+                  for a in axes.values()]
+        assert "value" not in [t.strip().lower() for t in titles if isinstance(t, str)], (spec["layout"].get("title"), titles)
+
+
+def test_an_edit_whose_request_carried_a_stale_url_still_sends_its_plan(fake_api, monkeypatch):
+    """Issue 23 (the 40-click browser test's flake): edits a then b in quick succession. The request for
+    b left the browser before a's URL arrived, so it carried the URL from before a, which already said b;
+    the run for b then sent no URL, a's arrived after it, and the address bar said a. The page sends
+    its URL when it differs from the last one it sent, whatever the request carried."""
+    from streamlit.runtime.state.query_params_proxy import QueryParamsProxy
+
+    sent: list[dict] = []
+    real = QueryParamsProxy.from_dict
+    monkeypatch.setattr(QueryParamsProxy, "from_dict", lambda self, params: (sent.append(dict(params)), real(self, params))[1])
+    at = first_paint(page("editor"), "editor")
+    at = send_heads(at, {"kind": "edit", "layer": 0, "head": 0, "window": 8})  # b
+    b = url(at)["plan"]
+    at = send_heads(at, {"kind": "edit", "layer": 0, "head": 0, "window": 16})  # a
+    assert sent[-1]["plan"] not in (b, None)
+    at.query_params["plan"] = b  # the browser's URL when it sent the next edit: a's had not arrived
+    sent.clear()
+    send_heads(at, {"kind": "edit", "layer": 0, "head": 0, "window": 8})  # b again
+    assert [s.get("plan") for s in sent] == [b]  # sent, though the request already said b
+
+
+def test_the_attention_pages_sweep_says_its_pick_on_both_sets(fake_api):
+    """Issue 23: the sweep chooses on one eval set; the page says the pick's Δloss there and on the held-out set."""
+    at = page("attention", sens="1")
+    sweep = fake_api.sensitivity("demo")
+    line = next(c.value for c in at.caption if c.value.startswith("The head this sweep singles out"))
+    assert f"L1H2 at window 4, +{sweep['pick']['delta']:.3f} nats on mixed (where it was picked)" in line
+    assert f"+{sweep['pick']['held_out_delta']:.3f} nats on held-out english (not used to pick it)" in line

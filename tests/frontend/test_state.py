@@ -65,7 +65,7 @@ def test_url_state_round_trips_for_every_page(page):
     state = url_state.defaults(page)
     for name, (kind, _) in url_state.PAGE_STATE[page].items():
         state[name] = {"str": "x_1", "int": 3, "float": 0.25, "bool": True, "ints": [3, 1],
-                       "strs": ["val_loss", "acr"]}[kind]
+                       "strs": ["val_loss", "acr"], "floats": [0.25, 0.5]}[kind]
     assert url_state.decode_state(page, url_state.encode_state(page, state)) == state
 
 
