@@ -7,8 +7,10 @@ windowed bucket (w < T) splits its query rows in two:
 - rows ``i >= w`` are cut into blocks of c queries. The block starting at row s sees keys
   ``s-w+1 .. s+c-1``: a window of ``L = c+w-1`` keys that never starts before position 1,
   so no left padding (and no padded key to mask) is needed. One ``unfold`` view of K and V
-  gives every block its L keys without a copy, and one SDPA call runs all blocks with the
-  same small ``[c, L]`` band mask (query r of a block sees window columns ``r .. r+w-1``).
+  gives every block its L keys without a copy (q, k, v are not copied either when c divides
+  the body's rows), and one SDPA call runs all blocks with the same small ``[c, L]`` band mask
+  (query r of a block sees window columns ``r .. r+w-1``). The view's backward (BandView)
+  folds the blocks' key gradients back with a few shifted adds.
 
 Work is ``w^2/2 + (T-w)(c+w-1)`` pairs against ``T^2/2`` for causal, so the band is
 never worse than causal plus ``c`` keys per row; it is exact for every w, so there is no
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -59,19 +62,18 @@ def buckets(windows: tuple[int, ...], T: int) -> tuple[tuple[tuple[int, int], ..
 
 
 def block_size(w: int, needs_grad: bool, device_type: str = "cpu") -> int:
-    """Queries per block for window w (measured on a 2-core AVX2 CPU, see bench/attention.py).
+    """Queries per block for window w (measured on 2-core AVX2 and AVX-512 CPUs, see bench/attention.py).
 
     Forward: small blocks waste the fewest keys ((c+w-1)/w per row) and the unfold view
-    costs nothing, so c=32 wins at every w. Backward materialises a gradient for every
-    unfolded key ((c+w-1)/c times K and V), so there blocks grow to about w/4.
+    costs nothing, so c=32 wins at every w. Backward writes a gradient for every key of a
+    block ((c+w-1)/c times K and V) before folding it back, so there blocks grow to about
+    w/2, at most 256 (issue 26: 64 beat 32 for w=128 and 256 beat 512 for w=1024).
     On CUDA the kernels' own tiles are 64-128 queries, so blocks start at 128 (untuned).
     """
     if device_type == "cuda":
         return max(128, block_size(w, needs_grad))
-    if not needs_grad:
-        return 32
     c = 32
-    while c < 512 and 4 * c < w:
+    while needs_grad and c < 256 and 2 * c < w:
         c *= 2
     return c
 
@@ -96,17 +98,46 @@ def band_mask(c: int, w: int, dtype: torch.dtype, device: torch.device, sinks: i
     return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
 
 
+class BandView(torch.autograd.Function):
+    """x [B, H, P, D] -> [B*H, n, L, D]: block b holds positions b*c .. b*c+L-1 (an overlapping view, no copy).
+
+    Its backward folds the blocks' gradient back with ceil(L/c) shifted adds of c-row slices.
+    torch's own unfold backward scatters every unfolded element: it was 76 % of a w=32 bucket's
+    backward and 38 % of a w=128 one's (issue 26, torch.profiler).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, n: int, L: int, c: int) -> torch.Tensor:
+        ctx.shape, ctx.c = x.shape, c
+        return x.unfold(2, L, c)[:, :, :n].transpose(-1, -2).flatten(0, 1)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        B, H, P, D = ctx.shape
+        c = ctx.c
+        _, n, L, _ = grad.shape
+        m = -(-L // c)  # c-row slices per block
+        grad = grad.view(B, H, n, L, D)
+        out = grad.new_zeros(B, H, max(n + m - 1, -(-P // c)), c, D)  # (B, H, chunks, c, D)
+        for j in range(m):  # slice j of block b lands in chunk b + j
+            width = min(c, L - j * c)
+            out[:, :, j : j + n, :width] += grad[:, :, :, j * c : j * c + width]
+        return out.flatten(2, 3)[:, :, :P], None, None, None
+
+
 def _block_keys(t: torch.Tensor, start: int, n: int, c: int, L: int, sinks: int = 0) -> torch.Tensor:
     """[B, Hb, T, D] -> the keys of each of n query blocks, block b's band at positions start + b*c ..
     start + b*c + L-1: [B*Hb, n, L, D] without sinks, [B*Hb, n, M (s+c), D] with (band_mask's layout).
 
-    Without sinks one unfold view, no copy; with sinks one copy of K laid out in chunks (each with
-    the s sink keys in front), then the same kind of view. Right-padded so the last block has all
+    Without sinks one overlapping view (BandView), no copy unless the last block runs past T; with
+    sinks one copy of K laid out in chunks (each with the s sink keys in front), then the same kind
+    of view. Right-padded so the last block has all
     its keys (padded keys are only ever seen by padded query rows, which are dropped)."""
     B, Hb, T, D = t.shape
     if not sinks:
-        padded = F.pad(t, (0, 0, -start, start + n * c + L - c - T))  # (B, Hb, n*c + L - c, D)
-        return padded.unfold(2, L, c).transpose(-1, -2).flatten(0, 1)
+        extra = start + n * c + L - c - T
+        x = t[:, :, start:] if extra <= 0 else F.pad(t, (0, 0, -start, extra))  # (B, Hb, >= n*c + L - c, D)
+        return BandView.apply(x, n, L, c)
     M, P = -(-L // c), sinks + c
     chunks = n + M - 1  # block b reads chunks b .. b+M-1
     full, rest = divmod(T - start, c)  # whole chunks of keys, then the last keys
@@ -116,7 +147,7 @@ def _block_keys(t: torch.Tensor, start: int, n: int, c: int, L: int, sinks: int 
     laid[:, :, full:, sinks:] = 0.0  # padding: finite, so no NaN reaches a gradient
     if rest:
         laid[:, :, full, sinks : sinks + rest] = t[:, :, start + full * c :]
-    return laid.view(B, Hb, chunks * P, D).unfold(2, M * P, P).transpose(-1, -2).flatten(0, 1)  # (B*Hb, n, M*(s+c), D)
+    return BandView.apply(laid.view(B, Hb, chunks * P, D), n, M * P, P)  # (B*Hb, n, M*(s+c), D)
 
 
 def windowed_bucket(
@@ -136,15 +167,16 @@ def windowed_bucket(
     c = block_size(w, wants_grad, q.device.type)
     n = -(-(T - h) // c)  # query blocks over rows h .. T-1
     L = c + w - 1  # window keys per block
-    qb = F.pad(q_body, (0, 0, 0, n * c - (T - h)))  # (B, Hb, n*c, D)
+    extra = n * c - (T - h)  # padded query rows (none when c divides T - h: then qb is a view of q)
+    qb = F.pad(q_body, (0, 0, 0, extra)) if extra else q_body
     qb = qb.reshape(B * Hb, n, c, D)  # (B*Hb, n, c, D)
     # block b's first query is h + b*c, so its window keys start at h + b*c - w + 1 = s + 1 + b*c
     kb = _block_keys(k, sinks + 1, n, c, L, sinks)  # (B*Hb, n, keys, D) overlapping view
     vb = _block_keys(v, sinks + 1, n, c, L, sinks)
     mask = band_mask(c, w, q.dtype, q.device, sinks)  # (c, keys), broadcast over (B*Hb, n)
     body = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout_p, scale=scale)
-    body = body.reshape(B, Hb, n * c, D)[:, :, : T - h]  # (B, Hb, T-h, D)
-    return torch.cat([head, body], dim=2)  # (B, Hb, T, D)
+    body = body.reshape(B, Hb, n * c, D)  # (B, Hb, n*c, D)
+    return torch.cat([head, body[:, :, : T - h] if extra else body], dim=2)  # (B, Hb, T, D)
 
 
 def run_buckets(
