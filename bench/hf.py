@@ -9,7 +9,7 @@ built here, saved as a local safetensors folder) at T=1024, through the service'
 - the bfloat16 / float32 speed of a product of the model's width here (what the service's dtype
   choice measures, aah_core/hf/precision.py) and the load average before and after (a shared box).
 
-    python -m bench.hf [--quick]
+    python -m bench.hf [--quick] [--dtypes bfloat16] [--batches 4]
 """
 
 from __future__ import annotations
@@ -83,6 +83,8 @@ def bench_dtype(folder: Path, dtype: str, batch: int, edits: int, full_runs: int
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[4, 1], help="sequences per evaluation")
     args = parser.parse_args()
     full_runs, edits = (1, 3) if args.quick else (3, 7)
     load_at_start = os.getloadavg()[0]
@@ -90,8 +92,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="aah-bench-hf-") as tmp:
         folder = Path(tmp) / "gpt2-small-random"
         n_params = build_folder(folder)
-        for dtype in ("float32", "bfloat16"):
-            for batch in (4, 1):
+        for dtype in args.dtypes:
+            for batch in args.batches:
                 row = bench_dtype(folder, dtype, batch, edits, full_runs)
                 rows.append(row)
                 print(f"{dtype:9s} batch {batch}: full eval p50 {row['full_eval_ms']['p50']:8.0f} ms, "

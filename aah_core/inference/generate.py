@@ -75,9 +75,9 @@ def sample(logits: torch.Tensor, sampling: Sampling, gen: torch.Generator | None
     return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
 
 
-def new_cache(model: WindowedLM, plan: torch.Tensor, backend: str = "auto") -> KVCache:
-    """An empty per-head cache for `model` under `plan` ([n_layer, n_head])."""
-    return KVCache(plan, model.n_kv_head, model.seq_len, backend, model.sinks)
+def new_cache(model: WindowedLM, plan: torch.Tensor, backend: str = "auto", decode: str = "auto") -> KVCache:
+    """An empty per-head cache for `model` under `plan` ([n_layer, n_head]); decode: see kvcache.choose_decode."""
+    return KVCache(plan, model.n_kv_head, model.seq_len, backend, model.sinks, decode)
 
 
 @torch.no_grad()

@@ -6,15 +6,16 @@ holds min(t, W) of them. A head whose window covers the whole context grows up t
 grow by doubling up to their window, so a buffer never has more than W slots.
 
 A layer keeps all its heads' buffers in one flat tensor [B, slots, D] (kv head j's ring is the
-segment offsets[j] .. offsets[j] + capacity[j]) and the position each slot holds, so a decode step
-is the same few tensor operations whatever the windows: one index_copy_ writes the new key (and
-value) of every head, and ONE scaled_dot_product_attention call attends: the H query heads form
-one query block over the flat buffer, with a mask that keeps each query head to its own kv
-head's slots inside its window. The keys are read once (the plan's bytes, not the full
-context's); the scores are H x slots, so with many heads the wasted products grow (measured in
-the README: at 4 heads one call costs the same as one call per window bucket, at 12 heads more).
-When every kv head has the same window the segments are equal and the buffer is a plain
-[B, n, W, D] tensor: one SDPA call with a mask only where a query head sees less than its kv head.
+segment offsets[j] .. offsets[j] + capacity[j], laid out window by window) and the position each
+slot holds. A decode step writes the new key (and value) of every head with one index_copy_, then
+attends in one of two ways, chosen per layer shape when the prompt arrives (choose_decode):
+
+- 'flat': ONE scaled_dot_product_attention call: the H query heads form one query block over the
+  flat buffer, with a mask that keeps each query head to its own kv head's slots inside its window.
+  The same few operations whatever the windows, but the scores are H x slots, n_kv_head times the
+  products needed: it wins only when the buffer is small.
+- 'buckets': one call per distinct kv window over that window's [B, n_b, capacity, D] view of the
+  buffer (no copy); the per-step Python loop runs over windows, never over heads.
 
 Sink tokens (a model with s > 0): every ring also keeps the first s positions for good. Its first
 s slots hold them, and position p >= s lives in slot s + (p - s) mod W, so a head holds
@@ -47,6 +48,7 @@ from aah_core.errors import InvalidWindowPlan
 from aah_core.windows import check_sinks
 
 MIN_CAPACITY = 16  # a growing buffer starts with at least this many slots
+FLAT_WASTE_PER_CALL = 150_000  # choose_decode: wasted score products that cost about one attention call
 
 
 def kv_head_windows(windows: Sequence[int], n_kv_head: int) -> list[int]:
@@ -73,15 +75,20 @@ EMPTY = -(1 << 40)  # the position an empty slot "holds": outside every window
 
 class _Layout:
     """Where each kv head's ring lies in the flat buffer: per slot its kv head and its index in that
-    ring; per (query head, slot) the query head's window, or 0 for another kv head's slot."""
+    ring; per (query head, slot) the query head's window, or 0 for another kv head's slot. Rings are
+    laid out bucket by bucket (`order`), so the kv heads of one window are one [B, n_b, capacity, D] view."""
 
-    def __init__(self, kv_windows: torch.Tensor, q_windows: torch.Tensor, capacity: int, spans: torch.Tensor) -> None:
+    def __init__(
+        self, kv_windows: torch.Tensor, q_windows: torch.Tensor, capacity: int, spans: torch.Tensor, order: torch.Tensor
+    ) -> None:
         self.kv_windows = kv_windows  # (n,)
         self.q_windows = q_windows  # (n, g)
         self.capacities = spans.clamp(max=capacity)  # (n,) spans: the most positions each head keeps
-        self.offsets = torch.cumsum(self.capacities, 0) - self.capacities  # (n,)
+        ordered = self.capacities[order]
+        self.offsets = torch.empty_like(ordered)
+        self.offsets[order] = torch.cumsum(ordered, 0) - ordered  # (n,) first slot of each kv head's ring
         self.slots = int(self.capacities.sum())
-        self.head = torch.repeat_interleave(torch.arange(len(kv_windows)), self.capacities)  # (S,)
+        self.head = torch.repeat_interleave(order, ordered)  # (S,)
         self.ring = torch.arange(self.slots) - self.offsets[self.head]  # (S,) index inside the head's ring
         n, g = q_windows.shape
         # query head h (kv head h // g) sees slot s holding position p at step pos iff pos - p < reach[h, s]
@@ -95,11 +102,39 @@ class _Layout:
         return self
 
 
+@dataclass
+class _Bucket:
+    """The kv heads of one window: slots first .. first + n * capacity of the flat buffer (after relayout)."""
+
+    window: int
+    n: int
+    q_windows: torch.Tensor  # (n, g)
+    masked: bool  # a query head sees less than its kv head
+    first: int = 0
+    capacity: int = 0
+
+
+def choose_decode(kv_windows: Sequence[int], group: int, batch: int, head_dim: int) -> str:
+    """'flat' (one attention call over the whole buffer) or 'buckets' (one call per kv window), per layer shape.
+
+    The flat call scores every query head against every kv head's slots: (n_kv_head - 1) * group * slots
+    products per sequence and dim more than the buckets need; the buckets make one more call per window.
+    Measured per layer step (issue 26; 1 thread, CPU time; bench/decode_step.py): one call costs
+    about as much as FLAT_WASTE_PER_CALL of those wasted products. Flat won for 4 small windows
+    (16-128: 36 vs 85 us); the buckets won at the demo's 4 heads with windows up to 4096 (115 vs 129 us
+    at batch 1, 924 vs 1099 at batch 8) and at 12 heads of 8 windows (691 vs 1651 us).
+    """
+    windows = len(set(kv_windows))
+    wasted = (len(kv_windows) - 1) * group * sum(kv_windows) * head_dim * batch
+    return "flat" if windows > 1 and wasted < (windows - 1) * FLAT_WASTE_PER_CALL else "buckets"
+
+
 class LayerKVCache:
     """One layer's cache under one row of a plan (query-head windows), for a model with n_kv_head kv heads."""
 
     def __init__(
-        self, windows: Sequence[int], n_kv_head: int, max_len: int, backend: str = "auto", sinks: int = 0
+        self, windows: Sequence[int], n_kv_head: int, max_len: int, backend: str = "auto", sinks: int = 0,
+        decode: str = "auto",
     ) -> None:
         self.windows = tuple(min(int(w), max_len) for w in windows)
         if any(w < 1 for w in self.windows):
@@ -112,9 +147,21 @@ class LayerKVCache:
         self.kv_windows = kv_head_windows(self.windows, n_kv_head)
         self._kv_windows = torch.tensor(self.kv_windows)  # (n,)
         self._q_windows = torch.tensor(self.windows).view(n_kv_head, self.group)  # (n, g)
-        self.uniform = len(set(self.kv_windows)) == 1  # equal segments: the buffer is [B, n, W, D]
-        self.masked = bool((self._q_windows < self._kv_windows.unsqueeze(1)).any())  # a query head sees less
         self._spans = (self._kv_windows + self.sinks).clamp(max=max_len)  # (n,) positions a head keeps at most
+        if decode not in ("auto", "flat", "buckets"):
+            raise ValueError(f"decode must be 'auto', 'flat' or 'buckets'; got {decode!r}")
+        self.decode = decode  # 'auto' is settled by the prompt's batch and head size (choose_decode)
+        by_window: dict[int, list[int]] = {}
+        for j, w in enumerate(self.kv_windows):
+            by_window.setdefault(w, []).append(j)
+        order = [j for heads in by_window.values() for j in heads]  # kv heads bucket by bucket
+        self._order = torch.tensor(order)
+        self._perm = None if order == sorted(order) else self._order  # query heads to bucket order, if needed
+        self._inverse = None if self._perm is None else torch.argsort(self._order)
+        self.buckets = [
+            _Bucket(w, len(heads), self._q_windows[heads], bool((self._q_windows[heads] < w).any()))
+            for w, heads in by_window.items()
+        ]
         self.max_window = int(self._spans.max())
         self.capacity = 0  # slots of a head whose window is larger (the others have their window's)
         self.layout: _Layout | None = None
@@ -139,11 +186,17 @@ class LayerKVCache:
 
     def _relayout(self, capacity: int, device: torch.device) -> _Layout:
         self.capacity = capacity
-        self.layout = _Layout(self._kv_windows, self._q_windows, capacity, self._spans).to(device)
+        self.layout = _Layout(self._kv_windows, self._q_windows, capacity, self._spans, self._order).to(device)
+        first = 0
+        for b in self.buckets:
+            b.first, b.capacity = first, min(b.window + self.sinks, self.max_len, capacity)
+            first += b.n * b.capacity
         return self.layout
 
     def _prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
-        T = k.shape[2]
+        B, _, T, D = k.shape
+        if self.decode == "auto":
+            self.decode = choose_decode(self._spans.tolist(), self.group, B, D)
         lay = self._relayout(T, k.device)  # capacity min(W, T): exactly the positions kept
         # slot r < s of a ring holds sink r; slot r >= s position T-1 - ((T-1 - r) mod W): the last positions
         held = (T - 1) - ((T - 1) - lay.ring) % lay.kv_windows[lay.head]  # (S,)
@@ -179,35 +232,42 @@ class LayerKVCache:
             self._grow()
         lay = self.layout
         assert lay is not None
-        if self.uniform:
-            return self._uniform_step(q, k, v, scale)
         slots = lay.offsets + self._slot(pos, lay.kv_windows)  # (n,): this position's slot in each head's ring
         self.k.index_copy_(1, slots, k[:, :, 0])
         self.v.index_copy_(1, slots, v[:, :, 0])
         self.held.index_fill_(0, slots, pos)
+        if self.decode == "buckets":
+            return self._bucket_step(q, scale)
         visible = self._visible(pos, self.held, lay.reach, lay.owner)  # (H, S): own kv head's slots
         out = F.scaled_dot_product_attention(q.view(B, 1, H, D), self.k.unsqueeze(1), self.v.unsqueeze(1),
                                              attn_mask=visible, scale=scale)  # the heads as one query block
         return out.view(B, H, 1, D)
 
-    def _uniform_step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
-        """Equal windows: the buffer is [B, n, L, D] and the step one slice write and one SDPA per head group."""
-        assert self.k is not None and self.v is not None and self.held is not None and self.layout is not None
+    def _bucket_step(self, q: torch.Tensor, scale: float | None) -> torch.Tensor:
+        """One SDPA call per kv window over that bucket's [B, n_b, capacity, D] view of the buffer."""
+        assert self.k is not None and self.v is not None and self.held is not None
         B, H, _, D = q.shape
-        pos, n = self.start, self.n_kv_head
-        L = self.layout.slots // n
-        slot = int(self._slot(pos, self.kv_windows[0]))
-        keys, values = self.k.view(B, n, L, D), self.v.view(B, n, L, D)
-        keys[:, :, slot], values[:, :, slot] = k[:, :, 0], v[:, :, 0]
-        held = self.held.view(n, L)
-        held[:, slot] = pos
-        length = min(pos + 1, L)  # slots held: the ring's first `length`
-        mask = None
-        if self.masked or self.sinks:  # (n, g, length): inside each query head's own window, or a sink
-            mask = self._visible(pos, held[:, :length].unsqueeze(1), self.layout.q_windows.unsqueeze(-1), True)
-        out = F.scaled_dot_product_attention(q.view(B, n, self.group, D), keys[:, :, :length], values[:, :, :length],
-                                             attn_mask=mask, scale=scale)
-        return out.view(B, H, 1, D)
+        pos, g = self.start, self.group
+        qg = q.view(B, self.n_kv_head, g, D)  # (B, n, g, D): query heads by kv head
+        if self._perm is not None:
+            qg = qg.index_select(1, self._perm.to(q.device))  # kv heads in bucket order
+        outs, first_q = [], 0
+        for b in self.buckets:
+            region = slice(b.first, b.first + b.n * b.capacity)
+            length = min(pos + 1, b.capacity)  # slots held: the ring's first `length`
+            keys = self.k[:, region].view(B, b.n, b.capacity, D)[:, :, :length]
+            values = self.v[:, region].view(B, b.n, b.capacity, D)[:, :, :length]
+            mask = None
+            if b.masked or self.sinks:  # (n_b, g, length): inside each query head's own window, or a sink
+                held = self.held[region].view(b.n, b.capacity)[:, :length].unsqueeze(1)
+                mask = self._visible(pos, held, b.q_windows.to(q.device).unsqueeze(-1), True)
+            outs.append(F.scaled_dot_product_attention(qg[:, first_q : first_q + b.n], keys, values,
+                                                       attn_mask=mask, scale=scale))  # (B, n_b, g, D)
+            first_q += b.n
+        out = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]  # (B, n, g, D) in bucket order
+        if self._inverse is not None:
+            out = out.index_select(1, self._inverse.to(q.device))
+        return out.reshape(B, H, 1, D)
 
     def _slot(self, pos: int, windows: torch.Tensor | int) -> torch.Tensor | int:
         """Position pos's slot in rings of these windows: itself while a sink, else s + (pos - s) mod W."""
@@ -242,10 +302,11 @@ class KVCache:
     """A model's per-head KV cache under a plan: one LayerKVCache per layer."""
 
     def __init__(
-        self, plan: torch.Tensor, n_kv_head: int, max_len: int, backend: str = "auto", sinks: int = 0
+        self, plan: torch.Tensor, n_kv_head: int, max_len: int, backend: str = "auto", sinks: int = 0,
+        decode: str = "auto",
     ) -> None:
         self.max_len = max_len
-        self.layers = [LayerKVCache(row, n_kv_head, max_len, backend, sinks) for row in plan.tolist()]
+        self.layers = [LayerKVCache(row, n_kv_head, max_len, backend, sinks, decode) for row in plan.tolist()]
 
     @property
     def start(self) -> int:

@@ -32,24 +32,27 @@ PLANS = {
 }
 
 
-def _decode_logits(model: WindowedGPT, idx: torch.Tensor, plan: torch.Tensor, prompt_len: int) -> list:
+def _decode_logits(
+    model: WindowedGPT, idx: torch.Tensor, plan: torch.Tensor, prompt_len: int, decode: str = "auto"
+) -> list:
     """Logits at positions prompt_len-1 .. T-1 from cached decoding (prompt, then one token per call)."""
-    cache = new_cache(model, plan, backend="banded")
+    cache = new_cache(model, plan, backend="banded", decode=decode)
     out = [forward_cached(model, idx[:, :prompt_len], cache, plan)]
     for t in range(prompt_len, idx.shape[1]):
         out.append(forward_cached(model, idx[:, t : t + 1], cache, plan))
     return out
 
 
+@pytest.mark.parametrize("decode", ["flat", "buckets"])
 @pytest.mark.parametrize("positions", ["rope", "learned"])
 @pytest.mark.parametrize("plan_name", list(PLANS))
 @pytest.mark.parametrize("prompt_len", [1, 3, 4, 9])
 def test_cached_decoding_equals_a_full_windowed_forward_at_every_position(positions, plan_name,
-                                                                          prompt_len):
+                                                                          prompt_len, decode):
     model = _model(positions)
     plan = torch.tensor(PLANS[plan_name])
     idx = torch.randint(0, 256, (2, T), generator=torch.Generator().manual_seed(1))
-    decoded = _decode_logits(model, idx, plan, prompt_len)
+    decoded = _decode_logits(model, idx, plan, prompt_len, decode)
     with torch.no_grad():
         for i, logits in enumerate(decoded):
             t = prompt_len - 1 + i  # every position: before, at and after each wrap

@@ -1,6 +1,8 @@
-"""The decode step's flat per-layer buffer: exact in float64 against the reference at every position
-(mixed windows, grouped-query heads seeing less than their kv head, equal windows, growth by doubling),
-and the same tensor operations per step whatever the number of distinct windows: one attention call."""
+"""The decode step's flat per-layer buffer, attended in one call ('flat') or one call per kv window
+('buckets'): exact in float64 against the reference at every position (mixed windows, grouped-query
+heads seeing less than their kv head, equal windows, growth by doubling). 'flat' runs the same tensor
+operations per step whatever the number of distinct windows; 'buckets' the same whatever the number
+of heads (per-step work grows with the windows, never with the heads)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from aah_core.attention import windowed_attention
-from aah_core.inference.kvcache import LayerKVCache
+from aah_core.inference.kvcache import LayerKVCache, choose_decode
 
 N_STEPS = 40  # past two doublings (16 -> 32 -> 40) and past every window below
 
 
-def _decode(windows: tuple[int, ...], n_kv_head: int, prompt_len: int, seed: int = 0, sinks: int = 0):
+def _decode(windows: tuple[int, ...], n_kv_head: int, prompt_len: int, decode: str, seed: int = 0, sinks: int = 0):
     """(cached outputs at every position, the float64 reference over the whole sequence)."""
     gen = torch.Generator().manual_seed(seed)
     H, D = len(windows), 8
@@ -24,7 +26,8 @@ def _decode(windows: tuple[int, ...], n_kv_head: int, prompt_len: int, seed: int
     g = H // n_kv_head
     ref = windowed_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), windows, backend="reference",
                              sinks=sinks)
-    cache = LayerKVCache(windows, n_kv_head=n_kv_head, max_len=64, sinks=sinks)
+    cache = LayerKVCache(windows, n_kv_head=n_kv_head, max_len=64, sinks=sinks, decode=decode)
+    assert cache.decode == decode
     outs = [cache.attend(q[:, :, :prompt_len], k[:, :, :prompt_len], v[:, :, :prompt_len])]
     for t in range(prompt_len, N_STEPS):
         outs.append(cache.attend(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1]))
@@ -40,21 +43,23 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("decode", ["flat", "buckets"])
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("prompt_len", [1, 20])
-def test_flat_cache_decoding_equals_the_float64_reference_at_every_position(case, prompt_len):
+def test_cache_decoding_equals_the_float64_reference_at_every_position(case, prompt_len, decode):
     windows, n_kv_head = CASES[case]
-    out, ref, cache = _decode(windows, n_kv_head, prompt_len)
+    out, ref, cache = _decode(windows, n_kv_head, prompt_len, decode)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     for s in cache.sizes():  # every ring holds min(t, w) positions in at most w slots
         assert s.length == min(N_STEPS, s.window) <= s.capacity <= s.window
 
 
+@pytest.mark.parametrize("decode", ["flat", "buckets"])
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("prompt_len, sinks", [(1, 3), (2, 3), (20, 3), (5, 1), (1, 30)])
-def test_sink_tokens_stay_in_the_cache_and_decoding_is_exact(case, prompt_len, sinks):
+def test_sink_tokens_stay_in_the_cache_and_decoding_is_exact(case, prompt_len, sinks, decode):
     windows, n_kv_head = CASES[case]
-    out, ref, cache = _decode(windows, n_kv_head, prompt_len, sinks=sinks)
+    out, ref, cache = _decode(windows, n_kv_head, prompt_len, decode, sinks=sinks)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     for s in cache.sizes():  # every ring holds its sinks and its window: min(t, w + s) positions
         span = min(s.window + sinks, 64)
@@ -74,10 +79,10 @@ class _CountOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _step_ops(windows: tuple[int, ...]) -> list[str]:
+def _step_ops(windows: tuple[int, ...], decode: str) -> list[str]:
     gen = torch.Generator().manual_seed(1)
     H, D = len(windows), 4
-    cache = LayerKVCache(windows, n_kv_head=H, max_len=64)
+    cache = LayerKVCache(windows, n_kv_head=H, max_len=64, decode=decode)
     cache.attend(*(torch.randn(1, H, 20, D, generator=gen) for _ in range(3)))
     cache.attend(*(torch.randn(1, H, 1, D, generator=gen) for _ in range(3)))  # past the first growth
     step = [torch.randn(1, H, 1, D, generator=gen) for _ in range(3)]
@@ -86,8 +91,30 @@ def _step_ops(windows: tuple[int, ...]) -> list[str]:
     return counted.ops
 
 
-def test_a_decode_step_runs_the_same_operations_whatever_the_number_of_windows():
-    two = _step_ops((2, 30, 2, 30, 2, 30, 2, 30))
-    eight = _step_ops((1, 2, 3, 5, 8, 13, 21, 30))
+def test_a_flat_decode_step_runs_the_same_operations_whatever_the_number_of_windows():
+    two = _step_ops((2, 30, 2, 30, 2, 30, 2, 30), "flat")
+    eight = _step_ops((1, 2, 3, 5, 8, 13, 21, 30), "flat")
     assert two == eight
     assert sum("scaled_dot_product" in op for op in two) == 1  # one attention call over the flat buffer
+
+
+def test_a_bucket_decode_step_runs_the_same_operations_whatever_the_number_of_heads():
+    four = _step_ops((2, 30, 2, 30), "buckets")
+    twelve = _step_ops((2, 30, 2, 30, 2, 30, 2, 30, 2, 30, 2, 30), "buckets")
+    assert four == twelve
+    assert sum("scaled_dot_product" in op for op in four) == 2  # one attention call per window
+    three = _step_ops((2, 30, 7, 30), "buckets")
+    assert sum("scaled_dot_product" in op for op in three) == 3
+
+
+def test_auto_decode_is_chosen_by_the_layer_shape_when_the_prompt_arrives():
+    # a small buffer: the flat call's wasted products cost less than three more calls
+    assert choose_decode([16, 32, 64, 128], group=1, batch=1, head_dim=64) == "flat"
+    # the demo's windows up to 4096: n_kv_head times the products outweigh the calls
+    assert choose_decode([64, 128, 512, 4096], group=1, batch=1, head_dim=32) == "buckets"
+    assert choose_decode([16, 32, 64, 128], group=1, batch=64, head_dim=64) == "buckets"  # grows with the batch
+    assert choose_decode([40, 40], group=2, batch=1, head_dim=8) == "buckets"  # one window: one call anyway
+    cache = LayerKVCache((16, 32, 64, 128), n_kv_head=4, max_len=256)
+    assert cache.decode == "auto"
+    cache.attend(*(torch.randn(1, 4, 5, 64) for _ in range(3)))
+    assert cache.decode == "flat"
