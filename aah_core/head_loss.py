@@ -11,7 +11,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-CHUNK_LOGITS = 1 << 23  # 8 M logits (32 MB in float32) per vocabulary chunk
+# 1 M logits (4 MB in float32) per vocabulary chunk: the chunk's float32 copy and the log-sum-exp passes
+# over it stay in cache and under glibc's 32 MB mmap threshold (reused, not page-faulted in each time);
+# 8 M-logit chunks made an edit of GPT-2 small at 4 x 1024 tokens 2.3x slower (issue 26: 2.7 s -> 1.15 s)
+CHUNK_LOGITS = 1 << 20
 
 
 @torch.no_grad()

@@ -4,7 +4,8 @@ For every T, every window plan and every backend, forward and forward+backward a
 interleaved with SDPA causal (`is_causal=True`, the full-attention baseline) in the same
 loop, so each ratio compares runs taken under the same machine load. Times are medians
 after warm-up; `ratio` is the ratio of medians, `ratio_paired` the median of per-round
-ratios (more robust when the machine's load drifts), `ratio_of_mins` the ratio of minima.
+ratios (more robust when the machine's load drifts), `ratio_of_mins` the ratio of minima;
+`auto_picks` the backend `auto` runs for such a call here (the per-shape choice).
 The table is printed and the full run is written to bench/results/attention-<machine>.json
 (`--quick` prints only, unless --out is given).
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from aah_core.attention import backend_status, flex, windowed_attention
+from aah_core.attention import backend_status, flex, resolve_backend, windowed_attention
 from aah_core.windows import causal_coverage, tile_coverage
 from bench.common import machine_slug
 
@@ -168,13 +169,15 @@ def run(args) -> dict:
                 chosen, skipped = backends_for(mode, name, T, args, device)
                 times = measure(T, windows, chosen, mode, args, device)
                 base = times["sdpa-causal"]
+                auto = resolve_backend("auto", device, mode == "fwd+bwd", args.dtype, 0.0, args.head_dim).NAME
                 for b, ts in times.items():
                     rows.append(dict(T=T, plan=name, windows=windows, causal_coverage=round(cov, 4),
                                      tile_coverage=round(tile, 4), mode=mode, backend=b,
                                      median_ms=round(statistics.median(ts), 3), min_ms=round(min(ts), 3),
                                      ratio=round(statistics.median(ts) / statistics.median(base), 3),
                                      ratio_of_mins=round(min(ts) / min(base), 3),
-                                     ratio_paired=round(statistics.median(map(truediv, ts, base)), 3)))
+                                     ratio_paired=round(statistics.median(map(truediv, ts, base)), 3),
+                                     auto_picks=auto))
                 for b, why in skipped.items():
                     rows.append(dict(T=T, plan=name, windows=windows, causal_coverage=round(cov, 4),
                                      tile_coverage=round(tile, 4), mode=mode, backend=b, skipped=why))
@@ -204,7 +207,8 @@ def print_cell(rows: list[dict], T: int, name: str, mode: str, cov: float) -> No
              + ("" if r["backend"] == "sdpa-causal"
                 else f" ({r['ratio']:.2f}x, paired {r['ratio_paired']:.2f}x)")
              for r in cell]
-    print(f"T={T:<5} {name:<22} cov={cov:.3f} {mode:<8} " + "  ".join(parts), flush=True)
+    auto = cell[0]["auto_picks"] if cell else "?"
+    print(f"T={T:<5} {name:<22} cov={cov:.3f} {mode:<8} " + "  ".join(parts) + f"  (auto: {auto})", flush=True)
 
 
 def check_targets(rows: list[dict], device: torch.device) -> list[dict]:

@@ -121,8 +121,8 @@ def choose_decode(kv_windows: Sequence[int], group: int, batch: int, head_dim: i
     products per sequence and dim more than the buckets need; the buckets make one more call per window.
     Measured per layer step (issue 26; 1 thread, CPU time; bench/decode_step.py): one call costs
     about as much as FLAT_WASTE_PER_CALL of those wasted products. Flat won for 4 small windows
-    (16-128: 36 vs 85 us); the buckets won at the demo's 4 heads with windows up to 4096 (115 vs 129 us
-    at batch 1, 924 vs 1099 at batch 8) and at 12 heads of 8 windows (691 vs 1651 us).
+    (16-128: 36 vs 84 us); the buckets won at the demo's 4 heads with windows up to 4096 (120 vs 132 us
+    at batch 1, 825 vs 838 at batch 8) and at 12 heads of 8 windows (539 vs 1326 us).
     """
     windows = len(set(kv_windows))
     wasted = (len(kv_windows) - 1) * group * sum(kv_windows) * head_dim * batch
