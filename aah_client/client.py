@@ -355,6 +355,11 @@ class ApiClient:
         return self._get("/runs/groups/series", experiment=experiment, group=group,
                          keys=",".join(keys) if keys else None, max_points=max_points)
 
+    def group_paired(self, experiment: str, base: str, keys: list[str], agg: Agg = "last") -> list[Json]:
+        """Every other group of ``experiment`` against group ``base`` per key: the differences of the runs'
+        values paired by seed, their mean, std and 95% t half-interval (``ci95``), and ``resolved``."""
+        return self._get("/runs/groups/paired", experiment=experiment, base=base, keys=",".join(keys), agg=agg)
+
     def run_metrics(
         self,
         run_id: int,

@@ -155,19 +155,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_suite(args: argparse.Namespace) -> int:
-    from aah_core.suite import run_suite
+    from aah_core.suite import run_suite, summarize
+    from aah_core.suite_pack import pack_suite
+    from aah_core.suite_study import run_study, summarize_study
 
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
+    corpora = [c.strip() for c in args.corpus.split(",") if c.strip()]
     command = f"aah suite {args.name} --scale {args.scale} --seeds {args.seeds}"
     command += f" --impl {args.impl}" * (args.impl != "faithful") + f" --rows {args.rows}" * bool(args.rows)
-    report = run_suite(args.name, scale=args.scale, seeds=args.seeds, out=args.out, doc=args.doc or None,
-                       impl=args.impl, rows=rows, log=lambda line: print(line, flush=True), command=command)
+    command += f" --corpus {','.join(corpora)}" + " --lr-sweep" * args.lr_sweep
+    suite = {"impl": args.impl, "rows": rows, "overrides": {"train.threads": args.threads} if args.threads else None}
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    if len(corpora) > 1 or args.lr_sweep:
+        study = run_study(args.scale, args.seeds, args.out, corpora, args.lr_sweep, args.doc or None, log=log,
+                          command=command, name=args.name, **suite)
+        report, summary = study["corpora"][corpora[0]], {"study": summarize_study(study)}
+    else:
+        report = run_suite(args.name, scale=args.scale, seeds=args.seeds, out=args.out, doc=args.doc or None,
+                           log=log, command=command, corpus=corpora[0], **suite)
+        summary = {}
     print(f"wrote {args.doc}" if args.doc else f"results in {args.out}")
     if args.pack:
-        from aah_core.suite import summarize
-        from aah_core.suite_pack import pack_suite
-
-        n = pack_suite(args.out, args.pack, summarize(report), rows=list(report["rows"]))
+        n = pack_suite(args.out, args.pack, {**summarize(report), **summary}, rows=list(report["rows"]))
         print(f"packed {n} runs into {args.pack} ({Path(args.pack).stat().st_size / 1e6:.2f} MB)")
     return 0
 
@@ -226,6 +235,11 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=3, help="seeds per row (default 3)")
     p.add_argument("--impl", default="faithful", choices=["faithful", "fixed"], help="controller implementation")
     p.add_argument("--rows", help="comma-separated subset of rows (default: all)")
+    p.add_argument("--corpus", default="code", help="bundled corpora, comma-separated: code (Python source, the "
+                   "default) and english (prose: the Python docs); with two, each goes to OUT/<corpus>/")
+    p.add_argument("--lr-sweep", action="store_true", help="also train baseline, full_adaptive and fixed_window at "
+                   "seed 0 with the learning rate x0.5 and x2 on the first corpus (OUT/<corpus>-lr<scale>/)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per run (default: the scale's)")
     p.add_argument("--out", default="runs/suite-paper", help="run folder (finished runs are reused)")
     p.add_argument("--doc", default="docs/reproduction.md", help="markdown report to write ('' = none)")
     p.add_argument("--pack", help="also write the runs' histories and plans to this .jsonl.gz (as data/suite/)")

@@ -37,7 +37,7 @@ TRAIN_BOUNDS: Bounds = {
 
 @dataclass
 class DataConfig:
-    corpus: str = "default"  # "default" (bundled), or a path to a text file or folder
+    corpus: str = "default"  # bundled "default" (Python source) or "english" (prose), or a text file or folder
     tokenizer: str = "byte"  # "byte" or "gpt2" (from local files, see data/README.md)
     tokenizer_dir: str = ""
     synthetic: str = "copy"  # "copy", "recall" or "none": the long-range task mixed into batches

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from aah_core.config import RunConfig
-from aah_core.data.corpus import check_corpus
+from aah_core.data.corpus import BUNDLED_CORPORA, check_corpus
 from aah_core.data.tokenizers import GPT2_FILES
 from aah_core.errors import InvalidConfig
 
@@ -108,7 +108,7 @@ def _confine_tokenizer_files(folder: Path, roots: Sequence[Path]) -> None:
 
 def confine_data_paths(config: RunConfig, roots: Sequence[Path], private: Sequence[Path] = ()) -> RunConfig:
     """The config with data.corpus / data.tokenizer_dir replaced by their resolved paths inside
-    ``roots`` (the bundled corpus and an empty tokenizer folder name no path and pass as they are), and
+    ``roots`` (a bundled corpus and an empty tokenizer folder name no path and pass as they are), and
     the tokenizer's files checked the same way. Nothing outside the roots is opened or read: a checkpoint
     is built only from what this returns. A corpus inside the roots must also be one
     (aah_core.data.corpus.check_corpus: text files, bounded), and never one of ``private`` (the service's
@@ -116,7 +116,7 @@ def confine_data_paths(config: RunConfig, roots: Sequence[Path], private: Sequen
     changes: dict[str, Any] = {}  # str fields of DataConfig (PATH_SETTINGS), typed Any for dataclasses.replace
     for name, no_path in PATH_SETTINGS.items():
         value = getattr(config.data, name)
-        if value != no_path:
+        if value != no_path and not (name == "corpus" and value in BUNDLED_CORPORA):
             changes[name] = str(confine(value, roots, f"data.{name}"))
     if "tokenizer_dir" in changes:
         _confine_tokenizer_files(Path(changes["tokenizer_dir"]), roots)

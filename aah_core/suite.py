@@ -27,17 +27,20 @@ from aah_core.config import RunConfig, apply_overrides
 from aah_core.matching import matched_local_global, matched_window
 from aah_core.paper import PAPER_ROWS
 from aah_core.presets import get_preset
+from aah_core.suite_pack import CORPUS_NAMES
 from aah_core.train import Callback, JsonlSink, PlanJsonlSink, train
 from aah_core.windows import FULL, window_label
 
 # set to full_adaptive's measured coverage
 MATCHED_ROWS = ("fixed_window", "sink_window", "local_global", "learned_budget")
 
-# Buckets T/8, T/4, T/2, T as in the paper's 4096 suite (512..4096); text only, like its WikiText runs.
+# Buckets T/8, T/4, T/2, T as in the paper's 4096 suite (512..4096). Half of each batch is the synthetic
+# copy task (data.synthetic), so that passkey retrieval at a distance (analysis/retrieval.py) can be
+# learned at this scale; val_text_loss is the language-modelling loss alone.
 SCALES: dict[str, dict[str, Any]] = {
     "tiny": {
         "model.n_layer": 4, "model.n_head": 4, "model.d_model": 64, "model.seq_len": 128,
-        "model.buckets": [16, 32, 64, None], "data.synthetic": "none",
+        "model.buckets": [16, 32, 64, None], "data.synthetic": "copy",
         "train.batch_size": 16, "train.max_steps": 800, "train.lr": 2e-3, "train.warmup_steps": 40,
         "train.eval_every": 200, "train.eval_batches": 8, "train.checkpoint_every": 0, "train.threads": 2,
     },
@@ -47,6 +50,11 @@ SCALES["mini"] = {**SCALES["tiny"], "train.max_steps": 400, "train.warmup_steps"
 # the controller's warmup and interval at each scale (the paper: 100 of 10,000 steps, every 5 steps)
 CONTROL = {"tiny": {"controller.warmup_steps": 40, "controller.control_interval": 5},
            "mini": {"controller.warmup_steps": 20, "controller.control_interval": 5}}
+
+# the bundled corpora a suite runs on, by name -> data.corpus: Python source, and English prose (the Python docs)
+CORPORA = {name: corpus for corpus, name in CORPUS_NAMES.items()}
+LR_ROWS = ("baseline", "full_adaptive", "fixed_window")  # the learning-rate sensitivity rows (one seed)
+LR_SCALES = (0.5, 2.0)  # besides x1
 
 # two-sided 95% Student t quantiles by degrees of freedom (seeds - 1)
 T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
@@ -98,8 +106,9 @@ def _train_one(cfg: RunConfig, out: Path) -> dict[str, Any]:
     result = train(cfg, out / "ckpt", [meter, *sinks])
     rates = meter.rates[5:] or meter.rates  # skip the first steps (allocator warm-up)
     m = result.metrics
-    row: dict[str, Any] = {k: m[k] for k in ("val_loss", "acr", "causal_coverage", "tile_coverage") if k in m}
-    row.update({k: v for k, v in m.items() if k.startswith("window_frac/")})
+    kept = ("val_loss", "val_text_loss", "val_copy_loss", "acr", "causal_coverage", "tile_coverage")
+    row: dict[str, Any] = {k: m[k] for k in kept if k in m}
+    row.update({k: v for k, v in m.items() if k.startswith(("window_frac/", "retrieval"))})
     row.update(tokens_per_s=statistics.median(rates), wall_s=time.perf_counter() - t0, steps=result.step,
                controller=cfg.controller)
     return row
@@ -109,12 +118,20 @@ def run_suite(
     name: str = "paper", scale: str = "tiny", seeds: int = 3, out: str | Path = "runs/suite-paper",
     doc: str | Path | None = "docs/reproduction.md", impl: str = "faithful", rows: list[str] | None = None,
     log: Callable[[str], None] = lambda line: None, command: str = "", overrides: dict[str, Any] | None = None,
+    corpus: str = "code", lr_scale: float = 1.0,
 ) -> dict[str, Any]:
-    """Train every row for every seed (skipping finished runs in `out`), then write the report."""
+    """Train every row for every seed (skipping finished runs in `out`) on one bundled `corpus` (CORPORA) at
+    the scale's learning rate times `lr_scale`, then write the report."""
     if name != "paper":
         raise ValueError(f"unknown suite {name!r}; the only suite is 'paper'")
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; choose one of {sorted(SCALES)}")
+    if corpus not in CORPORA:
+        raise ValueError(f"unknown corpus {corpus!r}; choose one of {sorted(CORPORA)}")
+    if not 0 < lr_scale <= 10:
+        raise ValueError(f"--lr-scale must be in (0, 10]; got {lr_scale}")
+    lr = {"train.lr": SCALES[scale]["train.lr"] * lr_scale} if lr_scale != 1 else {}
+    overrides = {"data.corpus": CORPORA[corpus], **lr, **(overrides or {})}
     if not 1 <= seeds <= 10:
         raise ValueError(f"--seeds must be between 1 and 10; got {seeds}")
     wanted = list(rows or (*PAPER_ROWS, *MATCHED_ROWS))
@@ -128,6 +145,7 @@ def run_suite(
         matched = _matched_coverage(results) if row in MATCHED_ROWS else None
         for seed in range(seeds):
             tag = "" if impl == "faithful" or row == "baseline" else f"-{impl}"  # baseline has no controller
+            tag += f"-lr{lr_scale:g}" if lr_scale != 1 else ""
             path = out / f"{row}{tag}-s{seed}"
             done = path / "result.json"
             if done.is_file():
@@ -140,8 +158,9 @@ def run_suite(
             log(f"  {row} seed {seed}: val_loss {result['val_loss']:.4f}  causal_coverage "
                 f"{result['causal_coverage']:.3f}  {result['tokens_per_s']:.0f} tok/s  ({result['wall_s']:.0f}s)")
             results.setdefault(row, []).append(result)
-    report = {"suite": name, "scale": scale, "seeds": seeds, "impl": impl, "settings": {**SCALES[scale], **(overrides or {})},
-              "control": {**CONTROL[scale], **{k: v for k, v in (overrides or {}).items() if k.startswith("controller.")}},
+    report = {"suite": name, "scale": scale, "seeds": seeds, "impl": impl, "corpus": corpus, "lr_scale": lr_scale,
+              "settings": {**SCALES[scale], **overrides},
+              "control": {**CONTROL[scale], **{k: v for k, v in overrides.items() if k.startswith("controller.")}},
               "machine": machine(), "command": command,
               "wall_s": time.perf_counter() - started, "rows": results}
     (out / "suite.json").write_text(json.dumps(report, indent=1))
@@ -174,24 +193,35 @@ def _stats(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else float("nan"))
 
 
+def loss_key(rows: dict[str, list[dict[str, Any]]]) -> str:
+    """The loss the report compares: the text loss alone when every run has it (val_loss then also
+    averages in the copy task's), else val_loss (runs trained without a synthetic task)."""
+    runs = [r for row in rows.values() for r in row]
+    return "val_text_loss" if runs and all("val_text_loss" in r for r in runs) else "val_loss"
+
+
 def summarize(report: dict[str, Any]) -> dict[str, Any]:
-    """Per row: mean and std over seeds, and the paired difference to the baseline with a noise verdict."""
+    """Per row: mean and std over seeds, and the paired difference of the loss (loss_key) to the baseline
+    and to fixed_window with a noise verdict."""
     rows = report["rows"]
+    loss = loss_key(rows)
     out = {}
     for name, runs in rows.items():
         entry: dict[str, Any] = {"seeds": len(runs)}
-        for key in ("val_loss", "acr", "causal_coverage", "tokens_per_s"):
+        optional = sorted({k for r in runs for k in r if k in ("val_text_loss", "val_copy_loss")
+                           or k.startswith("retrieval")})
+        for key in ("val_loss", "acr", "causal_coverage", "tokens_per_s", *optional):
             entry[key] = _stats([r[key] for r in runs])
         fracs = sorted({k for r in runs for k in r if k.startswith("window_frac/")}, key=_bucket_order)
         entry["window_frac"] = {k.split("/", 1)[1]: statistics.mean(r.get(k, 0.0) for r in runs) for k in fracs}
         for ref in ("baseline", "fixed_window"):
             if ref in rows and name != ref and len(rows[ref]) == len(runs) > 1:
-                entry[f"delta_vs_{ref}"] = _paired([r["val_loss"] - b["val_loss"] for r, b in zip(runs, rows[ref])])
+                entry[f"delta_vs_{ref}"] = paired([r[loss] - b[loss] for r, b in zip(runs, rows[ref])])
         out[name] = entry
     return out
 
 
-def _paired(deltas: list[float]) -> dict[str, Any]:
+def paired(deltas: list[float]) -> dict[str, Any]:
     """Mean and std of paired differences, the 95% t half-interval, and whether 0 lies inside it."""
     mean, std = _stats(deltas)
     half = T_95.get(len(deltas) - 1, 2.0) * std / math.sqrt(len(deltas))
@@ -221,8 +251,9 @@ def _setup_lines(report: dict[str, Any]) -> list[str]:
         f"- Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} ({m['threads']} threads), Python {m['python']}.",
         f"- Model: {s['model.n_layer']} layers x {s['model.n_head']} heads x {s['model.d_model']}, "
         f"T={s['model.seq_len']}, buckets {buckets} (T/8, T/4, T/2, T as the paper's 512..4096 at T=4096).",
-        f"- Data: the bundled text corpus only (byte tokens), batch {s['train.batch_size']}, {s['train.max_steps']} steps, "
-        f"lr {s['train.lr']}; val loss on {s['train.eval_batches'] * s['train.batch_size'] // 2} fixed validation windows.",
+        f"- Data: the bundled {report.get('corpus', 'code')} corpus (byte tokens){_mix(s)}, batch "
+        f"{s['train.batch_size']}, {s['train.max_steps']} steps, lr {s['train.lr']}; val loss on "
+        f"{s['train.eval_batches'] * s['train.batch_size'] // 2} fixed validation windows.",
         f"- Controller: warmup {c['controller.warmup_steps']} steps, control interval {c['controller.control_interval']}; "
         "every other key as in the paper (§7). Seeds 0..{} (paired: a seed fixes the init and the data order "
         "of every row).".format(report["seeds"] - 1),
@@ -239,25 +270,33 @@ def _setup_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _mix(settings: dict[str, Any]) -> str:
+    if settings.get("data.synthetic", "none") == "none":
+        return " only"
+    return (" with half of each batch the synthetic copy task (val_loss averages the text and copy losses; the "
+            "tables compare val_text_loss, the text alone)")
+
+
 def render(report: dict[str, Any]) -> str:
     """The markdown report (docs/reproduction.md)."""
     summary = summarize(report)
     names = list(summary)
     fracs = list(next(iter(summary.values()))["window_frac"])
     n = report["seeds"]
+    loss = loss_key(report["rows"])
     out = ["# The paper's Table 1, reproduced at a small scale", "",
            "Generated by `aah suite` (aah_core/suite.py); the numbers below are this machine's, the paper's are quoted "
            "from its Table 1 (aah_method §6.1).", "", "## Setup", "", *_setup_lines(report), "",
            f"## Our results (mean ± std over {n} seeds)", "",
-           f"| method | val_loss | Δ vs baseline | Δ vs fixed_window | acr | causal_coverage | frac {'/'.join(fracs)} "
+           f"| method | {loss} | Δ vs baseline | Δ vs fixed_window | acr | causal_coverage | frac {'/'.join(fracs)} "
            "| train tok/s |", "|---|---|---|---|---|---|---|---|"]
     for name in names:
         e = summary[name]
         frac = "/".join(f"{e['window_frac'][k]:.2f}" for k in fracs)
-        out.append(f"| {name} | {_pm(e['val_loss'])} | {_delta(e.get('delta_vs_baseline'))} "
+        out.append(f"| {name} | {_pm(e[loss])} | {_delta(e.get('delta_vs_baseline'))} "
                    f"| {_delta(e.get('delta_vs_fixed_window'))} | {_pm(e['acr'], 3)} | {_pm(e['causal_coverage'], 3)} "
                    f"| {frac} | {_pm(e['tokens_per_s'], 0)} |")
-    out += ["", "Δ columns: paired difference in val loss (same seed, same init and data), mean ± the 95% t "
+    out += ["", f"Δ columns: paired difference in {loss} (same seed, same init and data), mean ± the 95% t "
             "half-interval over seeds; *noise* marks a difference whose interval contains 0."]
     out += ["", "## The paper's Table 1 (quoted: arXiv 2608.19203, step 10000, T=4096, one seed)", "",
             "| method | val_loss | ACR_train | frac 512/1024/2048/4096 | train tok/s |", "|---|---|---|---|---|"]
@@ -327,6 +366,7 @@ def _reading(report: dict[str, Any], summary: dict[str, Any]) -> list[str]:
             "±30% (see the std column), so differences of this size are not measurable here. Windowed heads run "
             "through the `banded` backend (band-only work, one attention call per window bucket and layer); "
             "`learned_budget` trains through a dense soft-window mask. The paper's dense masked path lost 18-23%.")
-    ranked = sorted(summary, key=lambda k: summary[k]["val_loss"][0])
-    lines.append(f"- Ranking by mean val loss: {' < '.join(ranked)}.")
+    loss = loss_key(report["rows"])
+    ranked = sorted(summary, key=lambda k: summary[k][loss][0])
+    lines.append(f"- Ranking by mean {loss}: {' < '.join(ranked)}.")
     return lines

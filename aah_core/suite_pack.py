@@ -3,9 +3,11 @@ history and window plans over training, so that a fresh store can show the repro
 
 Format: gzip'd JSON lines, written deterministically (sorted runs, gzip mtime 0). The first line is
 the suite's header ``{"kind": "suite", ...}`` (its report without the per-run rows, plus the
-summary); each further line is one run ``{"kind": "run", "row", "seed", "impl", "config", "meta", "result",
-"metrics": [event, ...], "plans": [{"step", "time", "windows"}, ...]}``, the events exactly as
-`aah train` wrote them to the run's metrics and plans JSONL. Checkpoints are not packed (about 0.8 MB
+summary); each further line is one run ``{"kind": "run", "row", "seed", "impl", "corpus", "lr_scale", "config",
+"meta", "result", "metrics": [event, ...], "plans": [{"step", "time", "windows"}, ...]}``, the events exactly as
+`aah train` wrote them to the run's metrics and plans JSONL. A study (aah_core/suite_study.py) keeps each
+corpus and learning-rate scale in a subfolder: its runs are packed too. Packs written before the study
+lack "corpus" and "lr_scale": they read as the code corpus at x1. Checkpoints are not packed (about 0.8 MB
 each at the tiny model size; the histories are what the dashboard shows).
 """
 
@@ -22,7 +24,8 @@ from typing import Any
 
 from aah_core.errors import AAHError
 
-RUN_FOLDER = re.compile(r"^(?P<row>[a-z_]+?)(?:-(?P<impl>fixed))?-s(?P<seed>\d+)$")
+RUN_FOLDER = re.compile(r"^(?P<row>[a-z_]+?)(?:-(?P<impl>fixed))?(?:-lr(?P<lr>[0-9.]+))?-s(?P<seed>\d+)$")
+CORPUS_NAMES = {"default": "code", "english": "english"}  # data.corpus -> the study's name (suite.CORPORA)
 MAX_LINE_BYTES = 64 << 20  # one run's line: a few hundred kB at the shipped scale
 
 
@@ -31,6 +34,8 @@ class PackedRun:
     row: str
     seed: int
     impl: str
+    corpus: str
+    lr_scale: float
     config: dict[str, Any]
     meta: dict[str, Any]
     result: dict[str, Any]
@@ -58,13 +63,15 @@ def pack_suite(out: str | Path, dest: str | Path, summary: dict[str, Any] | None
     header = {"kind": "suite", **{k: v for k, v in report.items() if k != "rows"}, "summary": summary or {}}
     lines = [json.dumps(header, sort_keys=True)]
     rows = None if rows is None else set(rows)
-    folders = sorted(p for p in out.iterdir() if p.is_dir() and (p / "result.json").is_file())
+    folders = sorted(p.parent for p in [*out.glob("*/result.json"), *out.glob("*/*/result.json")])
     for folder in folders:
         match = RUN_FOLDER.match(folder.name)
         if match is None or rows is not None and match["row"] not in rows:
             continue
         ckpt = header_of(folder)
+        corpus = ckpt.get("config", {}).get("data", {}).get("corpus", "default")
         run = {"kind": "run", "row": match["row"], "seed": int(match["seed"]), "impl": match["impl"] or "faithful",
+               "corpus": CORPUS_NAMES.get(corpus, corpus), "lr_scale": float(match["lr"] or 1),
                "config": ckpt.get("config", {}), "meta": ckpt.get("meta", {}),
                "result": json.loads((folder / "result.json").read_text()),
                "metrics": _jsonl(folder / "ckpt.metrics.jsonl"), "plans": _jsonl(folder / "ckpt.plans.jsonl")}
@@ -100,6 +107,7 @@ def _runs(path: Path) -> Iterator[PackedRun]:
             try:
                 doc = json.loads(line)
                 yield PackedRun(row=str(doc["row"]), seed=int(doc["seed"]), impl=str(doc.get("impl", "faithful")),
+                                corpus=str(doc.get("corpus", "code")), lr_scale=float(doc.get("lr_scale", 1.0)),
                                 config=dict(doc["config"]), meta=dict(doc.get("meta", {})),
                                 result=dict(doc["result"]),
                                 metrics=list(doc["metrics"]), plans=list(doc["plans"]))

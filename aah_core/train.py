@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from aah_core.analysis.evaluate import evaluate_loss, model_device
+from aah_core.analysis.retrieval import evaluate_retrieval, retrieval_set
 from aah_core.checkpoint import load_checkpoint, read_train_state, save_checkpoint
 from aah_core.config import RunConfig
 from aah_core.controller import Controller, build_controller
@@ -131,7 +132,8 @@ def _git_rev() -> str | None:
 
 def evaluate_run(model: WindowedGPT, data: DataStream, cfg: RunConfig) -> dict[str, float]:
     """Validation losses on the fixed eval sets under the model's current plan, in the training
-    precision (an fp32 evaluation of a bf16 run would pick, and compile, other kernels)."""
+    precision (an fp32 evaluation of a bf16 run would pick, and compile, other kernels); with a
+    synthetic task in training, passkey retrieval accuracy per distance (`retrieval@<d>`) too."""
     n = max(1, cfg.train.eval_batches * cfg.train.batch_size // 2)
     model.eval()
     with autocast_for(model_device(model)):
@@ -140,6 +142,8 @@ def evaluate_run(model: WindowedGPT, data: DataStream, cfg: RunConfig) -> dict[s
         if data.cfg.synthetic != "none":
             syn = evaluate_loss(model, data.eval_batch("copy", n), backend=cfg.train.backend)
             out.update(val_copy_loss=syn, val_loss=(text + syn) / 2)
+            out.update(evaluate_retrieval(model, retrieval_set(data.tokenizer, cfg.model.seq_len),
+                                          backend=cfg.train.backend))
     model.train()
     return out
 

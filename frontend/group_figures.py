@@ -115,3 +115,22 @@ def reproduction_figure(ours: Sequence[Mapping[str, Any]], paper: Sequence[Mappi
     layout(fig, f"reproduction · {y_title}: ours (left) beside the paper's (right)", height=480)
     fig.update_layout(margin=dict(t=140, b=120), legend=dict(orientation="h", y=-0.35, x=0))
     return fig
+
+
+def retrieval_figure(rows: Sequence[Mapping[str, Any]], chance: float | None, *, title: str) -> go.Figure:
+    """Passkey retrieval accuracy against distance, one line per row: the mean over seeds with ±1 sample std
+    as error bars (none with one seed), and chance as a dotted line."""
+    fig = go.Figure()
+    for i, r in enumerate(rows):
+        fig.add_trace(go.Scatter(
+            x=list(r["distance"]), y=list(r["mean"]), mode="lines+markers", name=f"{user_text.svg(r['row'])} (n={r['n']})",
+            line=dict(color=PALETTE[i % len(PALETTE)], width=2),
+            error_y=dict(type="data", array=[s or 0.0 for s in r["std"]], visible=True, thickness=1.2, width=4),
+            hovertemplate="d=%{x}: %{y:.3f}<extra>" + user_text.svg(r["row"]) + "</extra>"))
+    if chance is not None and rows:
+        xs = sorted({d for r in rows for d in r["distance"]})
+        fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[chance, chance], mode="lines", name=f"chance ({chance:.3f})",
+                                 line=dict(color="#888888", dash="dot")))
+    fig.update_xaxes(title="distance d (tokens between the key and where it is reproduced)")
+    fig.update_yaxes(title="retrieval accuracy (per key character)", range=[0, 1.05])
+    return layout(fig, user_text.svg(title), height=420)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from frontend import api, components, group_figures, group_views, groups
+from frontend import api, components, group_figures, group_views, groups, study_panels, study_views
 
 
 def groups_panel(page: str, runs: list[dict]) -> None:
@@ -46,17 +46,23 @@ def groups_panel(page: str, runs: list[dict]) -> None:
 
 
 def reproduction_panel(page: str) -> None:
-    """Our suite's rows (mean ± std over seeds) beside the paper's Table 1, one metric at a time."""
-    experiments = group_views.suite_experiments()
-    if not experiments:
+    """Our suite's rows (mean ± std over seeds) beside the paper's Table 1, one metric at a time, on the corpus
+    chosen; then the study: retrieval by distance, the matched-coverage comparisons, the corpora, the lr sweep."""
+    suites = study_views.suites()
+    if not suites:
         components.placeholder("No suite runs in the store: run `aah suite paper --scale mini --seeds 3 --pack FILE` and "
                                "start the API with AAH_SUITE_FILE=FILE (the shipped reproduction is seeded by default).")
         return
-    c1, c2 = st.columns([2, 2])
-    components.ensure_option(page, "suite", experiments, "no such suite experiment")
-    experiment = c1.selectbox("Our suite", experiments, key=components.key(page, "suite"))
+    c1, c2, c3 = st.columns([2, 1, 2])
+    components.ensure_option(page, "suite", list(suites), "no such suite experiment")
+    suite = c1.selectbox("Our suite", list(suites), key=components.key(page, "suite"))
+    corpora = suites[suite]
+    components.ensure_option(page, "corpus", list(corpora), "no such corpus in this suite")
+    corpus = c2.radio("Corpus", list(corpora), key=components.key(page, "corpus"), horizontal=True,
+                      help="code: Python source (the bundled default corpus) · english: prose (the Python docs)")
+    experiment = corpora[corpus]
     components.ensure_option(page, "rkey", list(groups.REPRO_KEYS))
-    key = c2.selectbox("Metric", list(groups.REPRO_KEYS), format_func=groups.REPRO_KEYS.get, key=components.key(page, "rkey"))
+    key = c3.selectbox("Metric", list(groups.REPRO_KEYS), format_func=groups.REPRO_KEYS.get, key=components.key(page, "rkey"))
     data = group_views.reproduction(experiment, key)
     components.show_figure(data["figure"], f"{page}._repro")
     st.caption("Left: our runs, one point per suite row with ±1 sample std over seeds as error bars. Right: the "
@@ -64,3 +70,4 @@ def reproduction_panel(page: str) -> None:
                "so absolute losses are not comparable: read orderings and gaps. docs/reproduction-mini.md says how "
                "the shipped runs were produced.")
     st.dataframe(pd.DataFrame(group_views.reproduction_table(data)), hide_index=True)
+    study_panels.study_panel(page, experiment, corpora)

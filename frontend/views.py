@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from aah_client.client import OWN_WINDOW
-from frontend import api, attention_figures, figures, group_views, plans, run_table, url_state
+from frontend import api, attention_figures, figures, group_views, plans, run_table, study_views, url_state
 from frontend.comparable import plan_shape, run_family
 from frontend.export import Section
 
@@ -306,7 +306,8 @@ def diff_pair(state: dict, by_id: dict[int, dict]) -> tuple[int, int] | None:
 
 def compare_section(state: dict) -> Section:
     if state.get("mode") == "reproduction":
-        return group_views.reproduction_section(state["suite"], state["rkey"])
+        return group_views.reproduction_section(study_views.experiment_of(state["suite"], state.get("corpus")),
+                                                state["rkey"])
     if state.get("mode") == "groups":
         return group_views.groups_section(state["groups"], state["keys"], state["band"])
     data = compare_data(state)

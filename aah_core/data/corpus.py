@@ -20,6 +20,8 @@ from aah_core.errors import InvalidConfig
 from aah_core.shipped import shipped_data_dir
 
 DEFAULT_CORPUS = shipped_data_dir() / "corpus" / "python-stdlib-3.11.jsonl.gz"
+# the bundled corpora by the name data.corpus gives them: code (the default) and English prose
+BUNDLED_CORPORA = {"default": DEFAULT_CORPUS, "english": shipped_data_dir() / "corpus" / "python-docs-3.11.jsonl.gz"}
 SEPARATOR = "\n\n"
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst")
 # A corpus is read whole into memory and tokenized: bound what a path may bring in, and how far a
@@ -71,9 +73,9 @@ def _too_large(path: Path) -> InvalidConfig:
 
 
 def check_corpus(source: str) -> list[Path]:
-    """The files a corpus source names ([] for the bundled corpus), after refusing one that cannot be used
+    """The files a corpus source names ([] for a bundled corpus), after refusing one that cannot be used
     (missing, no text, too large): only names and sizes are looked at, nothing is read."""
-    if source == "default":
+    if source in BUNDLED_CORPORA:
         return []
     path = Path(source).expanduser()
     if path.is_file():
@@ -85,15 +87,16 @@ def check_corpus(source: str) -> list[Path]:
         return [path]
     if path.is_dir():
         return corpus_files(path)
-    raise InvalidConfig(f"data.corpus={source!r} is neither 'default' nor an existing file or folder")
+    raise InvalidConfig(f"data.corpus={source!r} is neither a bundled corpus ({', '.join(BUNDLED_CORPORA)}) "
+                        "nor an existing file or folder")
 
 
 def _read_documents(source: str) -> tuple[list[tuple[str, str]], str]:
     """(name, text) documents in a fixed order, and a display name for the source."""
-    if source == "default":
-        with gzip.open(DEFAULT_CORPUS, "rt", encoding="utf-8") as f:
+    if source in BUNDLED_CORPORA:
+        with gzip.open(BUNDLED_CORPORA[source], "rt", encoding="utf-8") as f:
             docs = [(d["name"], d["text"]) for d in map(json.loads, f)]
-        return docs, DEFAULT_CORPUS.name
+        return docs, BUNDLED_CORPORA[source].name
     files, path = check_corpus(source), Path(source).expanduser()
     names = [path.name] if path.is_file() else [str(p.relative_to(path.resolve())) for p in files]
     return [(name, p.read_text(encoding="utf-8", errors="replace")) for name, p in zip(names, files)], path.name

@@ -74,3 +74,31 @@ def recall_sequences(
         distances[i] = (answer_pos - (2 * query_order[: len(answer_pos)] + 1)).float().mean()
     y = x[:, 1:].masked_fill(~y_mask, -1)
     return x[:, :-1], y, distances
+
+
+def passkey_sequences(
+    tokenizer: Tokenizer, n: int, seq_len: int, distance: int, gen: torch.Generator, cue_len: int = 4, key_len: int = 4
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """n passkey sequences: random filler with a cue and a key planted once, then the cue again at the end
+    and the key to reproduce, `distance` tokens after its first occurrence (x, y [n, T]; y = -1 off the key).
+
+    The cue appears exactly twice in each sequence (resampled otherwise), so the planted key is the only
+    one a model that copies can retrieve. Chance is 1 / len(ALNUM) per key character.
+    """
+    alphabet = _ids(tokenizer, ALNUM)
+    needle = cue_len + key_len
+    if not needle <= distance <= seq_len + 1 - needle:
+        raise ValueError(f"passkey distance must be in [{needle}, {seq_len + 1 - needle}] at T={seq_len}; got {distance}")
+    first = seq_len + 1 - needle - distance  # the planted needle starts here; its repeat ends at position T
+    x = torch.empty(n, seq_len + 1, dtype=torch.long)
+    for i in range(n):
+        while True:
+            seq = alphabet[torch.randint(len(alphabet), (seq_len + 1,), generator=gen)]
+            seq[first + distance : first + distance + needle] = seq[first : first + needle]
+            windows = seq.unfold(0, cue_len, 1)  # every cue_len-gram; the cue must occur at its two places only
+            if int((windows == seq[first : first + cue_len]).all(dim=1).sum()) == 2:
+                break
+        x[i] = seq
+    y = torch.full((n, seq_len), -1, dtype=torch.long)
+    y[:, seq_len - key_len :] = x[:, seq_len + 1 - key_len :]
+    return x[:, :-1], y

@@ -12,7 +12,14 @@ from backend.routers.runs import parse_keys
 from backend.schemas.runs import DEFAULT_POINTS, MAX_POINTS, MIN_POINTS, RunSource
 from backend.services.executor import BUSY
 from backend.store.db import transaction
-from backend.store.groups import GroupSeriesResponse, GroupSummary, group_series, group_summaries
+from backend.store.groups import (
+    GroupSeriesResponse,
+    GroupSummary,
+    PairedDifference,
+    group_series,
+    group_summaries,
+    paired_differences,
+)
 
 router = APIRouter(prefix="/runs/groups", tags=["runs"])
 Name = Annotated[str, Query(min_length=1, max_length=200)]
@@ -32,6 +39,20 @@ def read_groups(
     max over the runs of one value each (`agg`: the run's last, min or max value)."""
     return group_summaries(session, keys=parse_keys(keys), agg=agg, experiment=experiment, group=group,
                            source=source, tag=tag)
+
+
+@router.get("/paired")
+def read_paired(
+    session: SessionDep,
+    experiment: Name,
+    base: Name,
+    keys: Annotated[str, Query(min_length=1, max_length=10_000, description="comma-separated metric keys")],
+    agg: Literal["last", "min", "max"] = "last",
+) -> list[PairedDifference]:
+    """Every other group of the experiment against `base`, per key: the runs' values (`agg`) minus the base's
+    of the same seed, with the mean and its 95% t half-interval over seeds and whether it excludes 0."""
+    parsed = parse_keys(keys)
+    return paired_differences(session, experiment, base, parsed or [], agg)
 
 
 @router.get("/series", response_model=GroupSeriesResponse, responses=BUSY)

@@ -1,10 +1,13 @@
 """First-start content: the project's own reproduction of the paper's Table 1 (the shipped suite file,
 data/suite/, written by ``aah suite paper ... --pack``) as FINISHED runs with ``source: suite``.
 
-One experiment per suite scale (``paper suite · mini scale``), one group per suite row (the preset
-names, as the paper's reference runs use them), one run per seed, each with its full config as
-params, its metric history and its window plans over training. Idempotent: the runs carry the
-file's content hash (param ``suite.pack``) and are replaced only when the shipped file changes.
+One experiment per suite scale and corpus (``paper suite · mini scale`` for the code corpus, ``paper suite ·
+mini scale · english`` for the English one), one group per suite row (the preset names, as the paper's
+reference runs use them), one run per seed, each with its full config as params (and ``suite.corpus``,
+``suite.lr_scale``), its metric history and its window plans over training. The learning-rate sweep's runs
+(lr scale other than 1) go to ``paper suite · mini scale · lr sensitivity``, group ``<row> · lr×<scale>``.
+Idempotent: the runs carry the file's content hash (param ``suite.pack``) and are replaced only when the
+shipped file changes.
 """
 
 from __future__ import annotations
@@ -32,8 +35,20 @@ PACK_PARAM = "suite.pack"
 ROWS = (*PAPER_ROWS, *MATCHED_ROWS)
 
 
-def experiment_name(header: dict) -> str:
-    return f"paper suite · {header.get('scale', '?')} scale"
+LR_EXPERIMENT = "lr sensitivity"
+
+
+def experiment_name(header: dict, corpus: str = "code", lr_scale: float = 1.0) -> str:
+    """The experiment of a packed run: the code corpus at x1 keeps the name it had before the study."""
+    base = f"paper suite · {header.get('scale', '?')} scale"
+    if lr_scale != 1:
+        return f"{base} · {LR_EXPERIMENT}"
+    return base if corpus == "code" else f"{base} · {corpus}"
+
+
+def group_name(run: PackedRun) -> str:
+    group = run.row if run.impl == "faithful" or run.row == "baseline" else f"{run.row}-{run.impl}"
+    return group if run.lr_scale == 1 else f"{group} · lr×{run.lr_scale:g}"
 
 
 def file_hash(path: Path) -> str:
@@ -48,15 +63,16 @@ def seed_suite(s: Session, settings: Settings) -> bool:
         return False
     fp = file_hash(path)
     try:
-        header, runs = read_pack(path)
+        header, lines = read_pack(path)
+        runs = list(lines)
     except AAHError as exc:
         logger.error("shipped suite not imported: %s", exc)
         return False
-    experiment = experiment_name(header)
+    experiments = {experiment_name(header), *(experiment_name(header, r.corpus, r.lr_scale) for r in runs)}
     existing = list(s.execute(
         select(Run.id, Param.value).join(Experiment)
         .outerjoin(Param, (Param.run_id == Run.id) & (Param.key == PACK_PARAM))
-        .where(Experiment.name == experiment, Run.source == "suite")))
+        .where(Experiment.name.in_(experiments), Run.source == "suite")))
     if existing and all(value == fp for _, value in existing):
         return False
     try:
@@ -65,27 +81,30 @@ def seed_suite(s: Session, settings: Settings) -> bool:
                 run_store.delete_runs(s, [run_id for run_id, _ in existing])
             # the last imported is listed first (GET /runs is newest first): import in reverse row order,
             # so the Runs page reads baseline seed 0, seed 1, ..., then the next row
-            ordered = sorted(runs, key=lambda r: (ROWS.index(r.row) if r.row in ROWS else len(ROWS), r.row, r.seed))
-            n = sum(1 for run in reversed(ordered) if _import_run(s, run, header, experiment, fp))
+            ordered = sorted(runs, key=lambda r: (r.corpus != "code", r.corpus, r.lr_scale,
+                                                  ROWS.index(r.row) if r.row in ROWS else len(ROWS), r.row, r.seed))
+            n = sum(1 for run in reversed(ordered) if _import_run(s, run, header, fp))
     except AAHError as exc:
         logger.error("shipped suite not imported: %s", exc)
         return False
-    logger.info("shipped suite imported from %s: %d runs in %r", path, n, experiment)
+    logger.info("shipped suite imported from %s: %d runs in %s", path, n, ", ".join(sorted(experiments)))
     return True
 
 
-def _import_run(s: Session, run: PackedRun, header: dict, experiment: str, fp: str) -> int:
+def _import_run(s: Session, run: PackedRun, header: dict, fp: str) -> int:
     config = RunConfig.from_dict(run.config)  # validated by the engine, as a job's config is
     m = config.model
-    group = run.row if run.impl == "faithful" or run.row == "baseline" else f"{run.row}-{run.impl}"
+    experiment, group = experiment_name(header, run.corpus, run.lr_scale), group_name(run)
     params = {**run_store.flatten_params(config.to_dict()), PACK_PARAM: fp, "suite.scale": str(header.get("scale")),
-              "suite.impl": run.impl, "suite.command": str(header.get("command", ""))}
+              "suite.impl": run.impl, "suite.command": str(header.get("command", "")), "suite.corpus": run.corpus,
+              "suite.lr_scale": f"{run.lr_scale:g}"}
     run_id = run_store.create_run(
         s, name=f"{group} · seed {run.seed}", experiment=experiment, status="FINISHED", preset=config.preset,
         params=params, config=config.to_dict(), seq_len=m.seq_len, total_steps=config.train.max_steps,
         data_hash=run.meta.get("data_hash"), git_rev=run.meta.get("git_rev"),
         source="suite", group=group, seed=run.seed, tags=["reproduction", str(header.get("scale"))],
-        description=f"Our reproduction of the paper's {run.row} row ({header.get('scale')} scale, seed {run.seed}): "
+        description=f"Our reproduction of the paper's {run.row} row ({header.get('scale')} scale, {run.corpus} corpus, "
+        f"lr ×{run.lr_scale:g}, seed {run.seed}): "
         f"`{header.get('command') or 'aah suite paper'}`; see docs/reproduction.md.")
     history = metric_rows(run.metrics, f"{experiment}/{group}/seed {run.seed}")
     metric_store.log_metrics(s, run_id, history)

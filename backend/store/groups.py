@@ -31,6 +31,7 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from aah_core.suite import paired
 from backend.schemas.base import Response
 from backend.schemas.errors import NotFound
 from backend.schemas.runs import DEFAULT_POINTS, NonFinite
@@ -56,6 +57,19 @@ class GroupSummary(Response):
     seeds: list[int | None]
     sources: list[str]
     stats: dict[str, GroupStat | None] = Field(description="per key; null when no run has a finite value")
+
+
+class PairedDifference(Response):
+    group: str
+    base: str = Field(description="the group every run of `group` is paired with, seed by seed")
+    key: str
+    seeds: list[int] = Field(description="the seeds both groups have a finite value of `key` for")
+    deltas: list[float] = Field(description="per seed: the group's value minus the base's")
+    n: int
+    mean: float | None
+    std: float | None = Field(description="sample std of the deltas (ddof=1); null under 2 seeds")
+    ci95: float | None = Field(description="95% Student t half-interval of the mean; null under 2 seeds")
+    resolved: bool = Field(description="the interval excludes 0: a difference is resolved over these seeds")
 
 
 class GroupCurve(Response):
@@ -178,3 +192,34 @@ def group_series(s: Session, experiment: str, group: str, keys: Sequence[str] | 
         curves[key].nonfinite = nonfinite[key]
     return GroupSeriesResponse(experiment=experiment, group=group, run_ids=[r[0] for r in runs],
                                seeds=[r[1] for r in runs], series=curves)
+
+
+def paired_differences(s: Session, experiment: str, base: str, keys: Sequence[str], agg: str = "last"
+                       ) -> list[PairedDifference]:
+    """Every other group of `experiment` against `base`, per key: the differences of the runs' values (each
+    run's last, min or max) paired by seed (same init and data order), their mean and 95% t interval."""
+    groups = _group_runs(s, experiment=experiment)
+    if (experiment, base) not in groups:
+        raise NotFound(f"no runs in group {base!r} of experiment {experiment!r}")
+    run_ids = [r[0] for runs in groups.values() for r in runs]
+    values = metric_store.aggregate_metrics(s, run_ids, list(keys), agg)
+    ref = {seed: values[run_id] for run_id, seed, _ in groups[(experiment, base)] if seed is not None}
+    out = []
+    for (_, grp), runs in groups.items():
+        if grp == base:
+            continue
+        for key in keys:
+            pairs = [(seed, a - b) for run_id, seed, _ in runs if seed is not None and seed in ref
+                     if (a := _number(values[run_id][key])) is not None and (b := _number(ref[seed][key])) is not None]
+            deltas = [d for _, d in pairs]
+            stat = paired(deltas) if len(deltas) > 1 else None
+            out.append(PairedDifference(
+                group=grp, base=base, key=key, seeds=[seed for seed, _ in pairs], deltas=deltas, n=len(deltas),
+                mean=math.fsum(deltas) / len(deltas) if deltas else None, std=stat and stat["std"],
+                ci95=stat and stat["ci95"], resolved=bool(stat and not stat["within_noise"])))
+    return out
+
+
+def _number(value: object) -> float | None:
+    """A stored value as a float; None for a missing or non-finite one (stored as its kind)."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None

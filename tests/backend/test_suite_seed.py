@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from aah_core.suite import run_suite, summarize
+from aah_core.suite import LR_SCALES, paired, run_suite, summarize
 from aah_core.suite_pack import pack_suite, read_pack
+from aah_core.suite_study import run_study, summarize_study
 from backend.app import create_app
+from backend.seed.suite import experiment_name
 from backend.settings import SHIPPED_SUITE
 from tests.backend.conftest import make_settings
 from tests.core.test_suite import SMOKE
@@ -108,17 +110,68 @@ def test_a_changed_pack_replaces_the_runs_and_a_broken_one_is_refused(suite_dir,
         assert _suite_runs(c) == [] and c.get(f"{API}/health").status_code == 200
 
 
+STUDY_ROWS = ["baseline", "fixed_window"]  # fixed_window at its preset window (no full_adaptive to match)
+
+
+def test_a_study_imports_one_experiment_per_corpus_and_the_lr_sweep(tmp_path):
+    """Issue 27: both corpora and the learning-rate sweep in one pack; every run lands in its experiment and
+    group with its corpus and lr scale, retrieval is stored like any metric, and GET /runs/groups/paired
+    pairs the rows by seed with the engine's interval."""
+    smoke = {**SMOKE, "train.max_steps": 4, "train.eval_every": 4}
+    study = run_study("tiny", 2, tmp_path / "study", ["code", "english"], True, None, rows=STUDY_ROWS, overrides=smoke)
+    dest = tmp_path / "study.jsonl.gz"
+    n = pack_suite(tmp_path / "study", dest, {**summarize(study["corpora"]["code"]), "study": summarize_study(study)})
+    assert n == 2 * len(STUDY_ROWS) * 2 + len(LR_SCALES) * len(STUDY_ROWS)
+    header, packed = read_pack(dest)
+    packed = list(packed)
+    with _client(tmp_path, dest) as c:
+        runs = _suite_runs(c)
+        assert sorted((r["experiment"], r["group"], r["seed"]) for r in runs) == sorted(
+            (experiment_name(header, p.corpus, p.lr_scale), p.row if p.lr_scale == 1 else f"{p.row} · lr×{p.lr_scale:g}",
+             p.seed) for p in packed)
+        assert {r["experiment"] for r in runs} == {"paper suite · tiny scale", "paper suite · tiny scale · english",
+                                                  "paper suite · tiny scale · lr sensitivity"}
+        for r in runs:
+            p = next(p for p in packed if (p.row, p.seed, p.corpus, p.lr_scale) == (
+                r["group"].split(" · ")[0], r["seed"], r["params"]["suite.corpus"], float(r["params"]["suite.lr_scale"])))
+            assert r["params"]["data.corpus"] == {"code": "default", "english": "english"}[p.corpus]
+            assert r["summary"]["retrieval_mean"] == pytest.approx(p.result["retrieval_mean"], rel=1e-12)
+            assert any(k.startswith("retrieval@") for k in r["summary"])
+        english = "paper suite · tiny scale · english"
+        got = c.get(f"{API}/runs/groups/paired", params={"experiment": english, "base": "fixed_window",
+                                                          "keys": "val_text_loss,retrieval_mean"}).json()
+        assert {(d["group"], d["key"]) for d in got} == {("baseline", k) for k in ("val_text_loss", "retrieval_mean")}
+        rows = study["corpora"]["english"]["rows"]
+        for d in got:
+            expected = paired([a[d["key"]] - b[d["key"]] for a, b in zip(rows[d["group"]], rows["fixed_window"])])
+            assert d["seeds"] == [0, 1] and d["mean"] == pytest.approx(expected["mean"], abs=1e-12)
+            assert d["ci95"] == pytest.approx(expected["ci95"], abs=1e-12)
+            assert d["resolved"] == (not expected["within_noise"])
+        missing = c.get(f"{API}/runs/groups/paired", params={"experiment": english, "base": "nope", "keys": "val_loss"})
+        assert missing.status_code == 404 and "nope" in missing.json()["detail"]
+
+
 @pytest.mark.skipif(not SHIPPED_SUITE.is_file(), reason="the shipped suite file is not in this checkout")
 def test_a_fresh_data_dir_lists_the_shipped_reproduction(tmp_path):
     header, packed = read_pack(SHIPPED_SUITE)
     packed = list(packed)
+    study = header["summary"]["study"]
     with _client(tmp_path, SHIPPED_SUITE) as c:
         runs = _suite_runs(c)
-        assert sorted((r["group"], r["seed"]) for r in runs) == sorted((p.row, p.seed) for p in packed)
-        groups = c.get(f"{API}/runs/groups", params={"source": "suite", "keys": "val_loss"}).json()
-        for g in groups:  # every row has 3 seeds, and the store's mean is the suite's own summary
-            assert g["seeds"] == [0, 1, 2]
-            assert math.isclose(g["stats"]["val_loss"]["mean"], header["summary"][g["group"]]["val_loss"][0],
-                                rel_tol=1e-12)
+        assert len(runs) == len(packed)
+        for corpus, rows in study["corpora"].items():  # every row of every corpus, 3 seeds, the suite's own means
+            assert {"baseline", "full_adaptive", "fixed_window", "sink_window", "local_global"} <= set(rows)
+            groups = c.get(f"{API}/runs/groups", params={"source": "suite", "keys": "val_loss,retrieval_mean",
+                                                         "experiment": experiment_name(header, corpus)}).json()
+            assert {g["group"] for g in groups} == set(rows)
+            for g in groups:
+                assert g["seeds"] == [0, 1, 2]
+                assert math.isclose(g["stats"]["val_loss"]["mean"], rows[g["group"]]["val_loss"][0], rel_tol=1e-12)
+                assert math.isclose(g["stats"]["retrieval_mean"]["mean"], rows[g["group"]]["retrieval_mean"][0],
+                                    rel_tol=1e-12)
+        swept = c.get(f"{API}/runs/groups", params={"source": "suite", "keys": "val_text_loss",
+                                                    "experiment": experiment_name(header, "code", 2.0)}).json()
+        assert {g["group"] for g in swept} == {f"{row} · lr×{s:g}" for s in LR_SCALES
+                                               for row in ("baseline", "full_adaptive", "fixed_window")}
         adaptive = next(r for r in runs if r["group"] == "full_adaptive")
         assert len(c.get(f"{API}/runs/{adaptive['id']}/windows").json()["steps"]) > 2  # windows change

@@ -9,6 +9,7 @@ import statistics
 from aah_client import ApiError
 from aah_core.inference.cost import ModelShape, plan_cost
 from aah_core.inference.serving import round_plan as engine_round_plan
+from aah_core.suite import paired
 from aah_core.windows import coverage_metrics, decode_window, plan_to_json, validate_plan
 
 N_LAYER, N_HEAD, T = 2, 4, 32
@@ -242,6 +243,25 @@ class FakeApi:
             out.append({"experiment": exp, "group": grp, "run_ids": [r["id"] for r in runs],
                         "seeds": [r["seed"] for r in runs], "sources": sorted({r["source"] for r in runs}),
                         "stats": stats})
+        return out
+
+    def group_paired(self, experiment, base, keys, agg="last"):
+        self._rec("group_paired", experiment, base, keys, agg=agg)
+        groups = self._groups(experiment)
+        if (experiment, base) not in groups:
+            raise ApiError(404, f"no runs in group {base!r} of experiment {experiment!r}")
+        ref = {r["seed"]: r["summary"] for r in groups[(experiment, base)]}
+        out = []
+        for (_, grp), runs in groups.items():
+            for k in keys if grp != base else []:
+                pairs = [(r["seed"], r["summary"][k] - ref[r["seed"]][k]) for r in runs
+                         if r["seed"] in ref and r["summary"].get(k) is not None and ref[r["seed"]].get(k) is not None]
+                deltas = [d for _, d in pairs]
+                stat = paired(deltas) if len(deltas) > 1 else None  # the engine's rule, as the server uses it
+                out.append({"group": grp, "base": base, "key": k, "seeds": [s for s, _ in pairs], "deltas": deltas,
+                            "n": len(deltas), "mean": statistics.fmean(deltas) if deltas else None,
+                            "std": stat and stat["std"], "ci95": stat and stat["ci95"],
+                            "resolved": bool(stat and not stat["within_noise"])})
         return out
 
     def group_series(self, experiment, group, keys=None, max_points=None):

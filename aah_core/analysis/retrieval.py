@@ -1,0 +1,84 @@
+"""Passkey retrieval at a distance: a task measure beside the loss (issue 27).
+
+Each sequence plants a short key after a cue in random filler and repeats the cue at the end; the key
+must then be reproduced `d` tokens after its first occurrence. Accuracy is the fraction of key characters
+whose greedy prediction (teacher-forced, under the model's window plan) is right, per distance d, logged
+as `retrieval@<d>` (and `retrieval_mean` over the distances). A head whose window is <= d cannot see the
+key from where it must be reproduced, so the curve over d shows what a plan's short windows cost on a
+long-range task.
+The set is fixed: the same sequences for the same tokenizer and T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from aah_core.data.synthetic import ALNUM, passkey_sequences
+from aah_core.data.tokenizers import Tokenizer
+from aah_core.model_api import WindowedLM
+
+RETRIEVAL_SEED = 2718
+CUE_LEN = KEY_LEN = 4
+# distances as fractions of T: 16, 32, 64, 96, 120 at T=128
+FRACTIONS = (1 / 8, 1 / 4, 1 / 2, 3 / 4, 15 / 16)
+PER_DISTANCE = 64  # sequences at each distance (256 key characters)
+
+
+def retrieval_distances(seq_len: int) -> list[int]:
+    """The distances tested at context `seq_len`: FRACTIONS of T, kept where a cue and key fit both ends."""
+    lo, hi = CUE_LEN + KEY_LEN, seq_len + 1 - CUE_LEN - KEY_LEN
+    return sorted({min(hi, max(lo, round(f * seq_len))) for f in FRACTIONS}) if lo <= hi else []
+
+
+def retrieval_chance() -> float:
+    """The accuracy of any guess that does not look at the key: keys are uniform over ALNUM."""
+    return 1 / len(ALNUM)
+
+
+MEAN_KEY = "retrieval_mean"  # over every distance (each distance has as many keys)
+
+
+def metric_key(distance: int) -> str:
+    return f"retrieval@{distance}"
+
+
+@dataclass(frozen=True)
+class RetrievalSet:
+    distances: list[int]
+    idx: torch.Tensor  # [len(distances) * n, T]
+    targets: torch.Tensor  # [len(distances) * n, T], -1 off the key
+
+    @property
+    def per_distance(self) -> int:
+        return len(self.idx) // max(1, len(self.distances))
+
+
+def retrieval_set(tokenizer: Tokenizer, seq_len: int, n: int = PER_DISTANCE) -> RetrievalSet:
+    """The fixed evaluation set: n sequences at each distance, from one seeded generator."""
+    gen = torch.Generator().manual_seed(RETRIEVAL_SEED)
+    distances = retrieval_distances(seq_len)
+    parts = [passkey_sequences(tokenizer, n, seq_len, d, gen, CUE_LEN, KEY_LEN) for d in distances]
+    if not parts:
+        raise ValueError(f"no passkey distance fits at T={seq_len}")
+    return RetrievalSet(distances, torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts]))
+
+
+@torch.no_grad()
+def evaluate_retrieval(model: WindowedLM, rset: RetrievalSet, plan: torch.Tensor | None = None,
+                       backend: str = "auto", chunk: int = 64) -> dict[str, float]:
+    """{"retrieval@<d>": fraction of key characters predicted right at distance d, and MEAN_KEY over every
+    distance} under `plan` (default: the model's own)."""
+    plan = model.plan if plan is None else plan
+    device = next(model.parameters()).device
+    correct = []
+    for start in range(0, len(rset.idx), chunk):
+        idx, targets = rset.idx[start:start + chunk].to(device), rset.targets[start:start + chunk].to(device)
+        keep = targets >= 0
+        final = model.run_layers(model.embed(idx), plan, backend=backend)
+        logits = model.logits(final[keep])  # [key characters, V]: logits at the answers only
+        correct.append((logits.argmax(-1) == targets[keep]).view(len(idx), -1).float())
+    per_seq = torch.cat(correct).view(len(rset.distances), rset.per_distance, -1)
+    out = {metric_key(d): float(acc) for d, acc in zip(rset.distances, per_seq.mean(dim=(1, 2)))}
+    return {**out, MEAN_KEY: float(per_seq.mean())}

@@ -1,0 +1,118 @@
+"""The reproduction view's study (issue 27) on the fake API: a corpus selector, retrieval accuracy by distance per
+row, the adaptive rows against the matched-coverage baselines with their intervals, where the ranking changes
+between corpora, and the learning-rate sweep's flips. Numbers are derived from the fake runs, never typed in."""
+
+import json
+import statistics
+
+import pytest
+
+from aah_core.suite import paired
+from frontend import study
+from tests.frontend.test_pages import page, url
+
+CODE, ENGLISH, LR = "paper suite · mini scale", "paper suite · mini scale · english", "paper suite · mini scale · lr sensitivity"
+MODES = {"baseline": "static", "full_adaptive": "aah", "fixed_window": "static", "sink_window": "static",
+         "local_global": "static", "learned_budget": "learned"}
+DISTANCES = (16, 32, 64, 96, 120)
+# per corpus: each row's text loss at seed 0 (seed s adds 0.01 s times the row's index: paired deltas vary)
+LOSS = {"code": {"baseline": 2.00, "full_adaptive": 2.02, "fixed_window": 2.015, "sink_window": 2.03,
+                 "local_global": 2.04, "learned_budget": 1.99},
+        "english": {"baseline": 2.30, "full_adaptive": 2.28, "fixed_window": 2.31, "sink_window": 2.33,
+                    "local_global": 2.34, "learned_budget": 2.27}}
+
+
+def _retrieval(row: str, seed: int) -> dict[str, float]:
+    reach = {"baseline": 200, "local_global": 200, "full_adaptive": 70, "learned_budget": 40}.get(row, 40)
+    acc = {f"retrieval@{d}": (0.9 if d < reach else 0.02) + 0.01 * seed for d in DISTANCES}
+    return {**acc, "retrieval_mean": statistics.fmean(acc.values())}
+
+
+def _study(fake) -> None:
+    fake.runs_store[:] = [r for r in fake.runs_store if r["source"] != "suite"]  # this study is the only suite
+    rid = 100
+    for corpus, experiment in (("code", CODE), ("english", ENGLISH)):
+        for i, (row, mode) in enumerate(MODES.items()):
+            for seed in range(3):
+                rid += 1
+                run = fake._run(rid, f"{row} · seed {seed}", "FINISHED",
+                                {"controller.mode": mode, "suite.scale": "mini", "suite.corpus": corpus,
+                                 "suite.lr_scale": "1"}, 0.0, 0.4, experiment=experiment, source="suite",
+                                group=row, seed=seed)
+                run["summary"] = {"val_text_loss": LOSS[corpus][row] + 0.01 * seed * i, "val_loss": 3.0,
+                                  **_retrieval(row, seed)}
+                fake.runs_store.append(run)
+    for scale, shift in ((0.5, {"baseline": 0.10, "full_adaptive": 0.05, "fixed_window": 0.10}),
+                         (2.0, {"baseline": 0.01, "full_adaptive": 0.01, "fixed_window": 0.01})):
+        for row, delta in shift.items():
+            rid += 1
+            run = fake._run(rid, f"{row} · lr×{scale:g}", "FINISHED",
+                            {"controller.mode": MODES[row], "suite.scale": "mini", "suite.corpus": "code",
+                             "suite.lr_scale": f"{scale:g}"}, 0.0, 0.4, experiment=LR, source="suite",
+                            group=f"{row} · lr×{scale:g}", seed=0)
+            run["summary"] = {"val_text_loss": LOSS["code"][row] + delta}
+            fake.runs_store.append(run)
+
+
+def _frame(at, column: str):
+    return next(d.value for d in at.dataframe if column in d.value.columns)
+
+
+def test_reproduction_view_draws_the_study_on_each_corpus(fake_api):
+    _study(fake_api)
+    at = page("compare", mode="reproduction", suite=CODE)
+    assert not at.exception and not at.error
+    assert at.radio(key="compare.corpus").options == ["code", "english"]
+    # retrieval by distance: one line per row, mean ± std over the three seeds, and chance
+    fig = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("compare._retrieval")).proto.spec)
+    lines = {t["name"].split(" (n=")[0]: t for t in fig["data"] if not t["name"].startswith("chance")}
+    assert list(lines) == ["baseline", "full_adaptive", "fixed_window", "learned_budget", "local_global", "sink_window"]
+    for row, trace in lines.items():
+        per_seed = [_retrieval(row, s) for s in range(3)]
+        assert trace["x"] == list(DISTANCES)
+        assert trace["y"] == pytest.approx([statistics.fmean(r[f"retrieval@{d}"] for r in per_seed) for d in DISTANCES])
+        assert trace["error_y"]["array"] == pytest.approx(
+            [statistics.stdev(r[f"retrieval@{d}"] for r in per_seed) for d in DISTANCES])
+    assert next(t for t in fig["data"] if t["name"].startswith("chance"))["y"] == [1 / 62, 1 / 62]
+    # the adaptive rows against each matched baseline: paired by seed, the engine's interval, a plain verdict
+    table = _frame(at, "against")
+    assert sorted(set(table["row"])) == ["full_adaptive", "learned_budget"]
+    assert list(table[table["row"] == "full_adaptive"]["against"]) == ["fixed_window", "sink_window", "local_global"]
+    for _, line in table.iterrows():
+        i, j = list(MODES).index(line["row"]), list(MODES).index(line["against"])
+        d = paired([LOSS["code"][line["row"]] + 0.01 * s * i - LOSS["code"][line["against"]] - 0.01 * s * j
+                    for s in range(3)])
+        expected = study.verdict({**d, "n": 3, "resolved": not d["within_noise"]}, 4)
+        assert line["Δval_text_loss"] == expected
+        assert ("no difference resolved" in expected) == d["within_noise"]
+    # the corpora's rankings and the pairs that swap between them
+    ranks = _frame(at, "corpus")
+    code_rank = sorted(LOSS["code"], key=lambda r: statistics.fmean(LOSS["code"][r] + 0.01 * s * list(MODES).index(r)
+                                                                      for s in range(3)))
+    assert ranks.iloc[0]["ranking by mean loss (lowest first)"] == " < ".join(code_rank)
+    swaps = [m.value for m in at.markdown if m.value.startswith("**code → english**")]
+    assert swaps and "baseline / full_adaptive swap" in swaps[0]
+    # the lr sweep: x1 from the code runs at seed 0, a flip at x0.5 (full_adaptive overtakes fixed_window)
+    lr = _frame(at, "lr scale")
+    assert list(lr["lr scale"]) == ["×0.5", "×1", "×2"]
+    assert lr.iloc[1]["baseline"] == f"{LOSS['code']['baseline']:.4f}"
+    flips = next(m.value for m in at.markdown if m.value.startswith("**Orderings that flip"))
+    assert "×0.5: baseline / full_adaptive; fixed_window / full_adaptive" in flips and "×2" not in flips
+    # the corpus selector switches every section to the English experiment
+    at.radio(key="compare.corpus").set_value("english").run()
+    assert url(at)["corpus"] == "english" and not at.exception
+    assert fake_api.called("group_paired")[-1][1][0] == ENGLISH
+    assert not any(m.value.startswith("**Orderings that flip") for m in at.markdown)  # the sweep is the code corpus'
+
+
+def test_study_logic_rankings_and_lr_table_are_exact():
+    assert study.order_changes(["a", "b", "c"], ["b", "a", "c"]) == [("a", "b")]
+    assert study.order_changes(["a", "b"], ["a", "b", "x"]) == []
+    main = [{"group": "baseline", "seed": 0, "summary": {"v": 2.0}}, {"group": "baseline", "seed": 1, "summary": {"v": 9.0}},
+            {"group": "other", "seed": 0, "summary": {"v": 1.0}}]
+    swept = [{"group": "baseline · lr×2", "seed": 0, "summary": {"v": 2.5}, "params": {"suite.lr_scale": "2"}}]
+    assert study.lr_table(main, swept, "v") == {1.0: {"baseline": 2.0}, 2.0: {"baseline": 2.5}}
+    groups = [{"group": "x", "stats": {"retrieval@32": {"n": 2, "mean": 0.5, "std": 0.1},
+                                       "retrieval@16": {"n": 2, "mean": 0.9, "std": None}}}]
+    assert study.retrieval_rows(groups) == [{"row": "x", "distance": [16, 32], "n": 2, "mean": [0.9, 0.5],
+                                             "std": [None, 0.1]}]
