@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from frontend import api, components, group_figures, group_views, groups, study_panels, study_views
+from frontend import api, components, group_figures, group_views, groups, study, study_panels, study_views
 
 
 def groups_panel(page: str, runs: list[dict]) -> None:
@@ -43,6 +43,11 @@ def groups_panel(page: str, runs: list[dict]) -> None:
     for i, (name, fig) in enumerate(figs.items()):
         with cols[i % 2]:
             components.show_figure(fig, f"{page}._group.{name}")
+    retrieval = study.retrieval_rows([{**g, "group": groups.group_label(g)} for g in chosen])
+    if retrieval:  # groups that logged passkey retrieval: accuracy by distance, mean ± std over seeds
+        components.show_figure(group_figures.retrieval_figure(retrieval, study_views.RETRIEVAL_CHANCE,
+                                                              title="passkey retrieval by distance · chosen groups"),
+                               f"{page}._group_retrieval")
 
 
 def reproduction_panel(page: str) -> None:

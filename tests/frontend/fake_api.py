@@ -236,7 +236,7 @@ class FakeApi:
         out = []
         for (exp, grp), runs in self._groups(experiment, group, source, tag).items():
             stats = {}
-            for k in keys or ["val_loss", "acr", "causal_coverage"]:
+            for k in keys or sorted({k for r in runs for k in r["summary"]}):  # as the server: every summary key
                 xs = [r["summary"][k] for r in runs if r["summary"].get(k) is not None]
                 stats[k] = {"n": len(xs), "mean": statistics.fmean(xs), "min": min(xs), "max": max(xs),
                             "std": statistics.stdev(xs) if len(xs) > 1 else None} if xs else None

@@ -105,6 +105,19 @@ def test_reproduction_view_draws_the_study_on_each_corpus(fake_api):
     assert not any(m.value.startswith("**Orderings that flip") for m in at.markdown)  # the sweep is the code corpus'
 
 
+def test_compare_draws_retrieval_by_distance_for_the_chosen_groups(fake_api):
+    _study(fake_api)
+    at = page("compare", mode="groups", groups=f"{CODE}::full_adaptive,{ENGLISH}::full_adaptive", keys="val_loss")
+    assert not at.exception and not at.error
+    fig = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("compare._group_retrieval")).proto.spec)
+    lines = [t for t in fig["data"] if not t["name"].startswith("chance")]
+    assert [t["name"].split(" (n=")[0] for t in lines] == [f"full_adaptive · {CODE} (3 runs)",
+                                                          f"full_adaptive · {ENGLISH} (3 runs)"]
+    per_seed = [_retrieval("full_adaptive", s) for s in range(3)]
+    for t in lines:
+        assert t["y"] == pytest.approx([statistics.fmean(r[f"retrieval@{d}"] for r in per_seed) for d in DISTANCES])
+
+
 def test_study_logic_rankings_and_lr_table_are_exact():
     assert study.order_changes(["a", "b", "c"], ["b", "a", "c"]) == [("a", "b")]
     assert study.order_changes(["a", "b"], ["a", "b", "x"]) == []
