@@ -28,8 +28,24 @@ def test_user_file_corpus_and_hash_changes_with_content(tmp_path):
 
 
 def test_missing_corpus_is_a_clear_error(tmp_path):
-    with pytest.raises(InvalidConfig, match="neither 'default' nor an existing file"):
+    with pytest.raises(InvalidConfig, match=r"neither a bundled corpus \(default, english\) nor an existing file"):
         DataStream(DataConfig(corpus=str(tmp_path / "nope")), 32)
+
+
+def test_the_english_corpus_is_bundled_beside_the_code_corpus():
+    """Issue 27's second corpus: data.corpus=english is prose, split by document, and names no path."""
+    from aah_core.data.corpus import BUNDLED_CORPORA
+    from aah_core.paths import confine_data_paths
+    from aah_core.presets import get_preset
+
+    english, code = (DataStream(DataConfig(corpus=c), 32, eval_only=True) for c in ("english", "default"))
+    assert english.corpus.name == BUNDLED_CORPORA["english"].name and english.data_hash != code.data_hash
+    rate = {name: (t.count(" the ") / len(t), t.count("self.") / len(t)) for name, t in
+            (("english", bytes(english.corpus.val.tolist()).decode()), ("code", bytes(code.corpus.val.tolist()).decode()))}
+    assert rate["english"][0] > 2 * rate["code"][0] and rate["english"][1] < rate["code"][1] / 10  # prose, not source
+    cfg = get_preset("tiny")
+    cfg.data.corpus = "english"
+    assert confine_data_paths(cfg, roots=[]) is cfg  # a bundled corpus is no user path: no root is needed
 
 
 def test_copy_task_answers_are_exactly_span_back():

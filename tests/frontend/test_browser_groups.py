@@ -56,3 +56,28 @@ def test_compare_shows_our_rows_with_error_bars_beside_the_papers(live):
     page.screenshot(path=str(S.ARTIFACTS / "reproduction.png"), full_page=True)
     S.copy_artifact(S.ARTIFACTS / "reproduction.png", S.ROOT / "docs" / "reproduction.png")
     page.close()
+
+
+def test_reproduction_draws_retrieval_by_distance_on_each_corpus(live):
+    """Issue 27: retrieval accuracy against distance per row, as the API aggregates it, on the code corpus and,
+    after a click on the corpus selector, on the English one; the corpora's swaps are stated in words."""
+    stack, browser = live
+    page = S.open_page(browser, f"{stack.ui_url}/compare?mode=reproduction")
+    for corpus in ("code", "english"):
+        if corpus != "code":
+            S.settled(page)
+            page.get_by_text(corpus, exact=True).click()
+        experiment = next(r["experiment"] for r in _api(stack, "/runs", source="suite", limit=1000)
+                          if r["params"].get("suite.corpus", "code") == corpus and r["params"].get("suite.lr_scale", "1") == "1")
+        drawn = S.wait_for(lambda e=experiment: S.plot(page, f"passkey retrieval by distance · {e}"),
+                           what=f"the retrieval figure of {corpus}")
+        groups = {g["group"]: g["stats"] for g in _api(stack, "/runs/groups", source="suite", experiment=experiment)}
+        lines = {t["name"].split(" (n=")[0]: t for t in drawn["data"] if not t["name"].startswith("chance")}
+        assert set(lines) == set(groups)  # every row of the corpus
+        for row, trace in lines.items():
+            keys = [f"retrieval@{d}" for d in trace["x"]]
+            assert trace["y"] == pytest.approx([groups[row][k]["mean"] for k in keys], rel=1e-9)
+            assert trace["error_y"] == pytest.approx([groups[row][k]["std"] for k in keys], rel=1e-9)
+        assert page.get_by_text("code → english").count() == 1  # where the ranking changes, in words
+    page.screenshot(path=str(S.ARTIFACTS / "reproduction-study.png"), full_page=True)
+    page.close()
