@@ -116,7 +116,16 @@ def render_study(study: dict[str, Any]) -> str:
     """The first corpus' report, then retrieval, matched-coverage comparisons, the second corpus and the sweep."""
     summary = summarize_study(study)
     first = next(iter(study["corpora"].values()))
-    out = [render(first).rstrip("\n"), "", "## Passkey retrieval at a distance (accuracy, mean ± std over seeds)", "",
+    reports = [*study["corpora"].values(), *study["lr"].values()]
+    runs = [r for report in reports for rows in report["rows"].values() for r in rows]
+    walls = {id(r): r["wall_s"] for r in runs}  # a run read by two reports (lr x1) counts once
+    per_corpus = ", ".join(f"{c} {sum(len(v) for v in r['rows'].values())}" for c, r in study["corpora"].items())
+    out = [render(first).rstrip("\n"), "", "## The study: both corpora and the learning-rate sweep", "",
+           f"- {len(walls)} runs ({per_corpus}; learning-rate sweep "
+           f"{sum(len(v) for r in study['lr'].values() for v in r['rows'].values())}), "
+           f"{sum(walls.values()) / 3600:.2f} h of training wall time in total ({statistics.mean(walls.values()):.0f} s per "
+           "run, one torch thread each). The sections above describe the first corpus; those below every corpus.",
+           "", "## Passkey retrieval at a distance (accuracy, mean ± std over seeds)", "",
            "A key of 4 characters follows a 4-character cue in random filler; the cue comes again at the end and the "
            "key must be reproduced d tokens after its first occurrence (aah_core/analysis/retrieval.py). Accuracy is "
            f"per key character; chance is 1/62 = {1 / 62:.3f}."]
@@ -126,10 +135,10 @@ def render_study(study: dict[str, Any]) -> str:
             continue
         out += ["", f"{corpus} corpus:", "", "| method | " + " | ".join(dists) + " |", "|---" * (len(dists) + 1) + "|"]
         for name, e in rsum.items():
-            out.append(f"| {name} | " + " | ".join(f"{e[k][0]:.2f} ± {e[k][1]:.2f}" for k in dists) + " |")
+            out.append(f"| {name} | " + " | ".join(f"{e[k][0]:.3f} ± {e[k][1]:.3f}" for k in dists) + " |")
     out += ["", "## Against the windows people deploy, at matched coverage", "",
             "Paired differences (row - baseline, same seed), mean ± the 95% t half-interval over seeds; negative Δloss "
-            "and positive Δretrieval favour the row. *no difference resolved*: the interval contains 0."]
+            "and positive Δretrieval favour the row. (no difference resolved): the interval contains 0."]
     for corpus, per_row in summary["matched"].items():
         loss = loss_key(study["corpora"][corpus]["rows"])
         out += ["", f"{corpus} corpus:", "", f"| row | against | Δ{loss} | Δretrieval_mean |", "|---|---|---|---|"]
