@@ -164,6 +164,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
     command = f"aah suite {args.name} --scale {args.scale} --seeds {args.seeds}"
     command += f" --impl {args.impl}" * (args.impl != "faithful") + f" --rows {args.rows}" * bool(args.rows)
     command += f" --corpus {','.join(corpora)}" + " --lr-sweep" * args.lr_sweep
+    command += f" --threads {args.threads}" * bool(args.threads)
     suite = {"impl": args.impl, "rows": rows, "overrides": {"train.threads": args.threads} if args.threads else None}
     log = lambda line: print(line, flush=True)  # noqa: E731
     if len(corpora) > 1 or args.lr_sweep:

@@ -39,3 +39,25 @@ def test_suite_runs_rows_over_seeds_and_writes_the_report(tmp_path):
 def test_cli_refuses_a_bad_seed_count(capsys):
     assert main(["suite", "paper", "--seeds", "0", "--doc", ""]) == 2
     assert "--seeds must be between 1 and 10" in capsys.readouterr().err
+
+
+def test_study_pairs_adaptive_rows_with_the_matched_baselines_by_seed():
+    """Issue 27: each adaptive row against fixed_window / sink_window / local_global, paired seed by seed, on the
+    text loss and mean retrieval; rankings that change between corpora are listed pair by pair."""
+    from aah_core.suite import paired
+    from aah_core.suite_study import matched_comparisons, order_changes
+
+    def runs(mode, losses, retrieval):
+        return [{"controller": {"mode": mode}, "val_text_loss": v, "retrieval_mean": r} for v, r in zip(losses, retrieval)]
+
+    rows = {"baseline": runs("static", [2.0, 2.1, 2.2], [0.5, 0.5, 0.5]),
+            "full_adaptive": runs("aah", [1.9, 2.05, 2.1], [0.4, 0.45, 0.41]),
+            "fixed_window": runs("static", [2.0, 2.0, 2.0], [0.3, 0.3, 0.3]),
+            "local_global": runs("static", [1.95, 2.0, 2.2], [0.5, 0.4, 0.6])}
+    got = matched_comparisons(rows)
+    assert set(got) == {"full_adaptive"} and set(got["full_adaptive"]) == {"fixed_window", "local_global"}
+    for base, d in got["full_adaptive"].items():
+        assert d["loss"] == paired([a["val_text_loss"] - b["val_text_loss"] for a, b in zip(rows["full_adaptive"], rows[base])])
+        assert d["retrieval_mean"] == paired([a["retrieval_mean"] - b["retrieval_mean"]
+                                              for a, b in zip(rows["full_adaptive"], rows[base])])
+    assert order_changes(["a", "b", "c"], ["c", "a", "b"]) == [("a", "c"), ("b", "c")]
