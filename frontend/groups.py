@@ -94,7 +94,10 @@ def _stat(values: Sequence[float]) -> dict[str, Any] | None:
             "std": statistics.stdev(values) if len(values) > 1 else None}
 
 
-REPRO_KEYS = {"val_loss": "final val_loss", "delta": "Δ val_loss vs baseline (paired by seed)", "acr": "acr"}
+REPRO_KEYS = {"val_loss": "final val_loss", "val_text_loss": "final val_text_loss (text only)",
+              "delta": "Δ val_loss vs baseline (paired by seed)", "acr": "acr",
+              "retrieval_mean": "retrieval_mean (passkey accuracy over distances)"}
+PAPER_KEYS = {"val_text_loss": "val_loss"}  # the paper's runs were text only: its val_loss is their text loss
 
 
 def reproduction_rows(ours: Sequence[Mapping[str, Any]], our_runs: Sequence[Mapping[str, Any]],
@@ -116,7 +119,7 @@ def reproduction_rows(ours: Sequence[Mapping[str, Any]], our_runs: Sequence[Mapp
             value = None if "baseline" not in table1 or row == "baseline" else \
                 summary.get("val_loss") - table1["baseline"].get("val_loss")
         else:
-            value = summary.get(key)
+            value = summary.get(PAPER_KEYS.get(key, key))
         if value is not None:
             theirs.append({"row": row, "mean": value, "std": None, "n": 1})
     order = row_order([r["row"] for r in mine] + [r["row"] for r in theirs])
