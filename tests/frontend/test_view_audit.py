@@ -30,7 +30,7 @@ LINKS: dict[str, list[dict[str, str]]] = {
                  "diffa": "2", "diffb": "1"},
                 {"mode": "groups", "groups": groups.group_key({"experiment": "demo", "group": "full_adaptive"}),
                  "band": "minmax", "keys": "acr"},
-                {"mode": "reproduction", "suite": "demo", "rkey": "acr"}],
+                {"mode": "reproduction", "suite": "demo", "corpus": "code", "rkey": "acr"}],
     "present": [{"deck": "2,1", "slide": "1", "mode": "present"}],
 }
 LAZY = {"editor": ["editor._gen_open", "editor._serving"]}  # every page has "<page>._share"
