@@ -80,8 +80,9 @@ def seed_suite(s: Session, settings: Settings) -> bool:
             if existing:
                 run_store.delete_runs(s, [run_id for run_id, _ in existing])
             # the last imported is listed first (GET /runs is newest first): import in reverse row order,
-            # so the Runs page reads baseline seed 0, seed 1, ..., then the next row
-            ordered = sorted(runs, key=lambda r: (r.corpus != "code", r.corpus, r.lr_scale,
+            # so the Runs page reads baseline seed 0, seed 1, ..., then the next row; the code corpus first,
+            # the learning-rate sweep (one seed per group) last
+            ordered = sorted(runs, key=lambda r: (r.lr_scale != 1, r.corpus != "code", r.corpus, r.lr_scale,
                                                   ROWS.index(r.row) if r.row in ROWS else len(ROWS), r.row, r.seed))
             n = sum(1 for run in reversed(ordered) if _import_run(s, run, header, fp))
     except AAHError as exc:

@@ -16,6 +16,12 @@ def _api(stack, path, **params):
     return httpx.get(f"{stack.api_url}/api/v1{path}", params=params, timeout=60).json()
 
 
+def _experiment(stack, corpus: str) -> str:
+    """The shipped suite's experiment on `corpus` (its runs at x1 learning rate)."""
+    return next(r["experiment"] for r in _api(stack, "/runs", source="suite", limit=1000)
+                if r["params"].get("suite.corpus", "code") == corpus and r["params"].get("suite.lr_scale", "1") == "1")
+
+
 def test_acr_opens_on_a_run_whose_windows_change_and_draws_its_group_band(live):
     stack, browser = live
     page = S.open_page(browser, f"{stack.ui_url}/acr")
@@ -41,7 +47,9 @@ def test_compare_shows_our_rows_with_error_bars_beside_the_papers(live):
     stack, browser = live
     page = S.open_page(browser, f"{stack.ui_url}/compare?mode=reproduction")
     drawn = S.wait_for(lambda: S.plot(page, "reproduction"), what="the reproduction figure")
-    groups = {g["group"]: g["stats"]["val_loss"] for g in _api(stack, "/runs/groups", source="suite", keys="val_loss")}
+    code = _experiment(stack, "code")  # the view opens on the suite's first corpus
+    groups = {g["group"]: g["stats"]["val_loss"] for g in _api(stack, "/runs/groups", source="suite", keys="val_loss",
+                                                                  experiment=code)}
     ours, paper = drawn["data"]
     assert set(ours["x"]) == set(groups)
     for row, y, err in zip(ours["x"], ours["y"], ours["error_y"]):  # mean, and ±1 sample std as the error bar
@@ -66,9 +74,8 @@ def test_reproduction_draws_retrieval_by_distance_on_each_corpus(live):
     for corpus in ("code", "english"):
         if corpus != "code":
             S.settled(page)
-            page.get_by_text(corpus, exact=True).click()
-        experiment = next(r["experiment"] for r in _api(stack, "/runs", source="suite", limit=1000)
-                          if r["params"].get("suite.corpus", "code") == corpus and r["params"].get("suite.lr_scale", "1") == "1")
+            page.get_by_test_id("stRadio").get_by_text(corpus, exact=True).click()  # the corpus selector
+        experiment = _experiment(stack, corpus)
         drawn = S.wait_for(lambda e=experiment: S.plot(page, f"passkey retrieval by distance · {e}"),
                            what=f"the retrieval figure of {corpus}")
         groups = {g["group"]: g["stats"] for g in _api(stack, "/runs/groups", source="suite", experiment=experiment)}
