@@ -56,9 +56,12 @@ lint: setup
 
 # PYTEST_ARGS narrows the run (e.g. PYTEST_ARGS="tests/core -k attention"). A run that collects no test
 # fails (pytest's exit 5): a selection that matches nothing is a mistake, not a pass.
+# PYTEST_WORKERS: pytest-xdist processes, one per core of the 2-core CI box (tests/conftest.py sends each
+# module, and the tests sharing one browser or one cluster, whole to one worker); 0 runs in one process.
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= 2
 pytest: setup
-	$(PY) -m pytest -q -x --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -x -n $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
 test: setup browser postgres slurm lint
 	$(MAKE) --no-print-directory pytest

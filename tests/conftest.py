@@ -15,6 +15,32 @@ DATABASES = ("sqlite", "postgresql")
 os.environ.setdefault("AAH_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 
 
+# Test files that share one machine-wide resource, by node-id prefix. Under pytest-xdist (`make test` runs
+# two workers) each group runs whole on one worker: the browser tests share one API, dashboard and Chromium
+# (tests/frontend/conftest.py), the cluster tests one Ray head and one Slurm (tests/clusters/conftest.py).
+SHARED_RESOURCES = {"tests/frontend/test_browser": "browser", "tests/clusters/": "clusters"}
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work a test is sent to a worker in: its shared-resource group, else its module (so that
+    the module's own fixtures, its servers and stores, start once)."""
+    return next((group for prefix, group in SHARED_RESOURCES.items() if nodeid.startswith(prefix)),
+                nodeid.split("::")[0])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's load-by-scope scheduler, with xdist_scope as the scope (biggest scopes first). The
+    xdist_group mark cannot do this: pytest-xdist 3.8 renames node ids for it, which pytest 9 ignores."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByScope(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ByScope(config, log)
+
+
 @pytest.fixture(autouse=True)
 def _restore_torch_defaults():
     """Tests may switch the default dtype or seed; put both back afterwards."""

@@ -67,11 +67,12 @@ def _statement_timeout(timeout_s: float):  # noqa: ANN202 - a connect-event list
     return _on_connect
 
 
-def make_engine(target: str | Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS, connect_timeout_s: int = CONNECT_TIMEOUT_S,
+def make_engine(target: str | Path, busy_timeout_ms: int | None = None, connect_timeout_s: int = CONNECT_TIMEOUT_S,
                 statement_timeout_s: float | None = None) -> Engine:
     """An engine on a store URL, or on a SQLite file path (created if missing, pragmas above). On
     PostgreSQL, connections time out after `connect_timeout_s` (unless the URL names its own) and, with
-    `statement_timeout_s`, statements after that long (0 or None: never)."""
+    `statement_timeout_s`, statements after that long (0 or None: never). SQLite waits `busy_timeout_ms`
+    for a lock (None: BUSY_TIMEOUT_MS, read at call time so that a test can shorten it for a whole app)."""
     url = parse_database_url(sqlite_url(target) if isinstance(target, Path) else target)
     if url.get_backend_name() == "postgresql":
         connect = {} if "connect_timeout" in url.query else {"connect_timeout": max(2, int(connect_timeout_s))}
@@ -81,6 +82,8 @@ def make_engine(target: str | Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS, conn
         return engine
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    if busy_timeout_ms is None:
+        busy_timeout_ms = BUSY_TIMEOUT_MS
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
                            **POOL)
     event.listen(engine, "connect", _pragmas(busy_timeout_ms))
