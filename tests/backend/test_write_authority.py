@@ -47,9 +47,10 @@ def _tracked(url: str) -> tuple[int, dict[str, str]]:
 def _snapshot(url: str, run_ids: list[int]) -> dict[int, tuple[bytes, ...]]:
     """Every run's record, metric series and plans as the API answers them, byte for byte."""
     out = {}
-    for run_id in run_ids:
-        out[run_id] = tuple(httpx.get(url + path, timeout=30).content for path in (
-            f"{API}/runs/{run_id}", f"{API}/runs/{run_id}/metrics", f"{API}/runs/{run_id}/windows"))
+    with httpx.Client(base_url=url, timeout=30) as http:  # one kept-alive connection for the many reads
+        for run_id in run_ids:
+            out[run_id] = tuple(http.get(path).content for path in (
+                f"{API}/runs/{run_id}", f"{API}/runs/{run_id}/metrics", f"{API}/runs/{run_id}/windows"))
     return out
 
 
@@ -75,15 +76,16 @@ def test_foreign_writes_are_refused_and_seeded_series_stay_byte_identical(live):
         "plans": [{"step": 2, "windows": [[4, None], [16, 8]]}]}).raise_for_status()
     before = _snapshot(live, [*seeded, mine])
     refused = 0
-    for run_id in [*seeded, mine]:
-        for auth in ({}, {SECRET_HEADER: "x" * 43}, others, {SECRET_HEADER: ""}):
-            if run_id == other:
-                continue
-            for method, path, kwargs in _writes(run_id):
-                r = httpx.request(method, live + path, headers=auth, timeout=30, **kwargs)
-                assert r.status_code == 403, (run_id, auth, path, r.text)
-                assert r.json()["detail"]
-                refused += 1
+    with httpx.Client(base_url=live, timeout=30) as http:  # one kept-alive connection for the many writes
+        for run_id in [*seeded, mine]:
+            for auth in ({}, {SECRET_HEADER: "x" * 43}, others, {SECRET_HEADER: ""}):
+                if run_id == other:
+                    continue
+                for method, path, kwargs in _writes(run_id):
+                    r = http.request(method, path, headers=auth, **kwargs)
+                    assert r.status_code == 403, (run_id, auth, path, r.text)
+                    assert r.json()["detail"]
+                    refused += 1
     assert refused == (len(seeded) + 1) * 4 * 5
     assert _snapshot(live, [*seeded, mine]) == before
     own_write = httpx.post(live + f"{TRACKING}/{mine}/log", headers=own, timeout=30,

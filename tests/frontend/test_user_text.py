@@ -39,7 +39,9 @@ def markdown_sources(at) -> list[str]:
     return out + [e.label for e in at.expander]
 
 
-@pytest.mark.parametrize("text", [PIXEL, NAME, "$x^2$ :red[red] # heading\n- item | a | b |", "\\*a\\*"])
+# ids that do not hold PORT: pytest-xdist's workers must collect the same test names
+@pytest.mark.parametrize("text", [PIXEL, NAME, "$x^2$ :red[red] # heading\n- item | a | b |", "\\*a\\*"],
+                         ids=["image", "link-bold-html", "math-colour-heading-list-table", "escaped"])
 def test_md_shows_any_text_character_for_character(text):
     kinds, shown = rendered(user_text.md(text))
     assert kinds == [] and shown.replace("\n", "") == text.replace("\n", "")
