@@ -19,9 +19,13 @@ def fake_api(monkeypatch):
     st.cache_data.clear()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def live(tmp_path_factory):
-    """The real API and dashboard and one Chromium, started once for every browser test module."""
+    """The real API and dashboard and one Chromium, started once for every browser test module.
+
+    Package-wide, not session-wide: Playwright's sync API marks its event loop as running in the main thread
+    while it is open, so a later test's asyncio.run() would fail. The browser tests run one after another
+    (on one pytest-xdist worker: tests/conftest.py), and this stops when the worker leaves tests/frontend."""
     reason = S.browser_missing()
     if reason:
         pytest.skip(reason)
@@ -30,7 +34,7 @@ def live(tmp_path_factory):
         yield st_, browser
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def model(live):
     models = httpx.get(f"{live[0].api_url}/api/v1/models", timeout=30).json()
     if not models:
