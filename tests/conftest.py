@@ -1,4 +1,5 @@
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +39,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.name.endswith("]") and not item.nodeid.endswith("]"):
             item._id = NodeId.parse(f"{item.nodeid.rpartition('::')[0]}::{item.name}")
+    shared = [nodeid for nodeid, n in Counter(item.nodeid for item in items).items() if n > 1]
+    if shared:  # fail loudly rather than let two workers run one test of each such id
+        raise pytest.UsageError(f"tests share a node id (pytest-xdist would run one of them): {shared[:5]}")
 
 
 @pytest.hookimpl(optionalhook=True)
