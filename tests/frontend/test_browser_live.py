@@ -2,8 +2,10 @@
 shows its progress as it trains, and both pages say it finished without a reload. Chromium through
 Playwright against the real API and dashboard (the session's stack from conftest.py)."""
 
+import os
 import re
-import time
+import signal
+from pathlib import Path
 
 import httpx
 import pytest
@@ -28,6 +30,33 @@ def _picker(page) -> str:
     return page.get_by_role("combobox", name="Run").input_value(timeout=2_000)
 
 
+def _mid_run_progress(api: str, rid: int) -> int:
+    """The step the running job has reached, once it is past 0 and before its end (else 0)."""
+    run = httpx.get(f"{api}/runs/{rid}", timeout=30).json()
+    step = (run.get("progress") or {}).get("step", 0)
+    return step if run["status"] == "RUNNING" and 0 < step < STEPS else 0
+
+
+def _worker_pid(rid: int) -> int:
+    """The pid of the job's worker process (python -m backend.jobs.worker --run-id N ...)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"backend.jobs.worker" in argv and argv[argv.index(b"--run-id") + 1] == str(rid).encode():
+            return int(proc.name)
+    raise AssertionError(f"no worker process for run {rid}")
+
+
+def _running_bar(page, rid: int) -> int:
+    """The step a RUNNING progress bar of the run shows on the page, or 0 when none is drawn."""
+    for text in page.locator('[data-testid="stProgress"]').all_inner_texts():
+        if m := re.search(rf"#{rid} live-check: RUNNING, step (\d+)/{STEPS}", text):
+            return int(m.group(1))
+    return 0
+
+
 def test_a_job_shows_progress_while_it_trains_and_pages_follow_its_status(live):
     stack, browser = live
     api = f"{stack.api_url}/api/v1"
@@ -44,17 +73,21 @@ def test_a_job_shows_progress_while_it_trains_and_pages_follow_its_status(live):
     # the runs table gains the new job without a reload (the watcher saw it appear)
     S.wait_for(lambda: _table_status(runs_page, rid) in ("SCHEDULED", "RUNNING"), what="the job in the table")
 
-    bars: list[str] = []
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        bars += runs_page.locator('[data-testid="stProgress"]').all_inner_texts()
-        if httpx.get(f"{api}/runs/{rid}", timeout=30).json()["status"] not in ("SCHEDULED", "RUNNING"):
-            break
-        time.sleep(0.2)
+    # Pause the job's worker once it has logged a step: the page must then show a RUNNING bar part-way
+    # (the job's speed against the page's polling no longer decides whether a bar is ever drawn).
+    progress = S.wait_for(lambda: _mid_run_progress(api, rid), timeout=240, interval=0.1,
+                          what="the job's first logged step")
+    worker = _worker_pid(rid)
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        bar = S.wait_for(lambda: _running_bar(runs_page, rid), timeout=60, what="a RUNNING progress bar")
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    assert bar < STEPS, f"a RUNNING bar at step {bar} of {STEPS} (the API had step {progress})"
+    S.wait_for(lambda: httpx.get(f"{api}/runs/{rid}", timeout=30).json()["status"] not in ("SCHEDULED", "RUNNING"),
+               timeout=240, what="the job's end")
     final = httpx.get(f"{api}/runs/{rid}", timeout=30).json()
     assert final["status"] == "FINISHED", final.get("error")
-    running = [int(m.group(1)) for b in bars if (m := re.search(rf"#{rid} live-check: RUNNING, step (\d+)/{STEPS}", b))]
-    assert any(0 < k < STEPS for k in running), f"no progress seen while running: {sorted(set(bars))}"
 
     # after the end, without a reload: the table, the watcher and the ACR page's picker say FINISHED
     S.wait_for(lambda: _table_status(runs_page, rid) == "FINISHED", timeout=30, what="FINISHED in the table")
