@@ -14,7 +14,6 @@ with the same values; a stored plan is never replaced by a different one (409).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import hmac
 import itertools
@@ -255,7 +254,7 @@ def _move_into_place(run: Run, staging: Path, final: Path) -> CheckpointInfo:
     except AAHError as exc:
         raise InvalidInput(f"checkpoint: {exc}".replace(str(staging), "upload")) from None
     own = json.loads(run.config_json or "{}").get("model")
-    if own is not None and dataclasses.asdict(info.config.model) != own:
+    if own is not None and info.config.to_dict()["model"] != own:  # both as to_dict writes them (the stored config is)
         raise InvalidInput(f"checkpoint: its model config differs from run {run.id}'s; upload the run's own checkpoint")
     for part in staging.glob(".*.part"):  # an upload that lost a race with its retry
         part.unlink(missing_ok=True)
