@@ -20,7 +20,11 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip==24.3.1
 	# torch==2.13.0 is pinned: pip takes the local CPU wheel (never a CUDA build).
-	$(PIP) install -q -r requirements.txt -r requirements-dev.txt
+	# Bytecode is compiled afterwards on every core (pip compiles on one): this environment may set
+	# PYTHONDONTWRITEBYTECODE, so without .pyc files every process would compile what it imports. A file
+	# that is not Python 3.11 (torch ships a 3.12-only test helper) fails to compile and is skipped, as pip does.
+	$(PIP) install -q --no-compile -r requirements.txt -r requirements-dev.txt
+	$(PY) -m compileall -q -j 0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))') >/dev/null || true
 	$(PIP) install -q --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-*; touch $@
 
