@@ -8,7 +8,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from frontend import api, group_figures, groups
+from frontend import api, group_figures, groups, study_views
 from frontend.comparable import run_family
 from frontend.export import Section
 from frontend.figures import axis_title, coverage_label
@@ -88,15 +88,13 @@ def reproduction_table(data: dict[str, Any]) -> list[dict[str, str]]:
              "paper (reported)": f"{paper[row]:.4f}" if row in paper else "not in its Table 1"} for row in rows]
 
 
-def reproduction_lines(data: dict[str, Any]) -> list[str]:
-    return [f"{r['row']}: ours {r['ours (mean ± std)']} · paper {r['paper (reported)']}"
-            for r in reproduction_table(data)]
-
-
-def reproduction_section(experiment: str, key: str) -> Section:
+def reproduction_section(experiment: str, key: str, corpora: dict[str, str]) -> Section:
+    """Table 1 beside the paper and the study under it, as the page draws them. The table's numbers are the
+    chart's points, so the slide's lines are the study's findings (a slide fits one 1100 px screen)."""
     data = reproduction(experiment, key)
-    return Section(f"Reproduction: {groups.REPRO_KEYS.get(key, key)}", {"reproduction": data["figure"]},
-                   [data["ours_label"], PAPER_LABEL, *reproduction_lines(data)])
+    figures, lines = study_views.study_slide(experiment, corpora)
+    return Section(f"Reproduction: {groups.REPRO_KEYS.get(key, key)} · {experiment}",
+                   {"reproduction": data["figure"], **figures}, [data["ours_label"], PAPER_LABEL, *lines])
 
 
 def groups_section(group_keys: list[str], keys: list[str], band: str) -> Section:

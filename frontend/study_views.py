@@ -83,3 +83,24 @@ def lr_sweep(experiment: str, runs: list[dict]) -> dict[str, Any] | None:
     lines = [{"lr scale": f"×{s:g}", **{row: f"{v[row]:.4f}" if row in v else "–" for row in rows},
               "ranking (lowest first)": " < ".join(rankings[s])} for s, v in table.items()]
     return {"loss": loss, "table": lines, "flips": flips}
+
+
+def study_slide(experiment: str, corpora_of_suite: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The study as a slide draws it: the retrieval chart the page draws, and one line per finding the page's
+    tables state (each adaptive row against each matched baseline, the corpora's swaps, the lr flips)."""
+    runs = suite_runs()
+    ret = retrieval(experiment, runs)
+    figures = {"retrieval": ret["figure"]} if ret["rows"] else {}
+    m = matched(experiment, runs)
+    lines = [f"{r['row']} vs {r['against']}: " + " · ".join(f"{k} {v}" for k, v in r.items() if k.startswith("Δ"))
+             for r in m["table"]]
+    if len(corpora_of_suite) > 1:
+        c = corpora(corpora_of_suite, runs)
+        first = next(iter(c["rankings"]))
+        lines += [f"{first} → {name}: " + ("; ".join(f"{a} / {b} swap" for a, b in pairs) if pairs else "the ordering holds")
+                  for name, pairs in c["changes"].items()]
+    lr = lr_sweep(experiment, runs)
+    if lr is not None:
+        flips = [f"×{s:g}: " + "; ".join(f"{a} / {b}" for a, b in pairs) for s, pairs in lr["flips"].items() if pairs]
+        lines.append("learning rate, orderings that flip against ×1: " + (" · ".join(flips) if flips else "none"))
+    return figures, lines

@@ -306,8 +306,9 @@ def diff_pair(state: dict, by_id: dict[int, dict]) -> tuple[int, int] | None:
 
 def compare_section(state: dict) -> Section:
     if state.get("mode") == "reproduction":
+        corpora = study_views.suites().get(state["suite"], {})
         return group_views.reproduction_section(study_views.experiment_of(state["suite"], state.get("corpus")),
-                                                state["rkey"])
+                                                state["rkey"], corpora)
     if state.get("mode") == "groups":
         return group_views.groups_section(state["groups"], state["keys"], state["band"])
     data = compare_data(state)

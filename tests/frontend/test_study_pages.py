@@ -105,6 +105,30 @@ def test_reproduction_view_draws_the_study_on_each_corpus(fake_api):
     assert not any(m.value.startswith("**Orderings that flip") for m in at.markdown)  # the sweep is the code corpus'
 
 
+def test_the_reproduction_slide_draws_the_studys_chart_and_states_its_findings(fake_api):
+    """A saved reproduction view's slide (and deck) carries the retrieval chart as the page drew it, and the
+    page's findings as lines: every adaptive row against every matched baseline, the corpora's swaps, the flips."""
+    from frontend import url_state, views
+
+    _study(fake_api)
+    link = {"mode": "reproduction", "suite": CODE, "corpus": "code", "rkey": "val_text_loss"}
+    at = page("compare", **link)
+    drawn = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("compare._retrieval")).proto.spec)
+    section = views.build_section("compare", url_state.decode_state("compare", link))
+    assert list(section.figures) == ["reproduction", "retrieval"]
+    slide = section.figures["retrieval"].to_plotly_json()
+    assert [(t["name"], list(t["x"]), list(t["y"]), t.get("line")) for t in slide["data"]] == \
+        [(t["name"], t["x"], t["y"], t.get("line")) for t in drawn["data"]]
+    table = _frame(at, "against")
+    for _, row in table.iterrows():  # the page's verdicts, word for word
+        assert f"{row['row']} vs {row['against']}: Δval_text_loss {row['Δval_text_loss']} · " \
+               f"Δretrieval_mean {row['Δretrieval_mean']}" in section.lines
+    swap = next(line for line in section.lines if line.startswith("code → english: "))
+    assert "baseline / full_adaptive swap" in swap
+    assert "learning rate, orderings that flip against ×1: ×0.5: baseline / full_adaptive; fixed_window / full_adaptive" \
+        in section.lines
+
+
 def test_compare_draws_retrieval_by_distance_for_the_chosen_groups(fake_api):
     _study(fake_api)
     at = page("compare", mode="groups", groups=f"{CODE}::full_adaptive,{ENGLISH}::full_adaptive", keys="val_loss")

@@ -118,7 +118,8 @@ NOT_ON_SLIDES = {
     "attention": {"retained mass, sweep and the layer's small multiples: the slide shows the head's maps"},
 }
 PARITY = [("acr", LINKS["acr"][0]), ("compare", LINKS["compare"][0]), ("compare", LINKS["compare"][1]),
-          ("editor", LINKS["editor"][0]), ("attention", {"model": "demo", "layer": "1", "head": "2", "scale": "log"})]
+          ("compare", LINKS["compare"][2]), ("editor", LINKS["editor"][0]),
+          ("attention", {"model": "demo", "layer": "1", "head": "2", "scale": "log"})]
 
 
 @pytest.mark.parametrize("page_name,link", PARITY)
