@@ -11,7 +11,6 @@ import streamlit as st
 from frontend import api, attention_figures, components, plans, views
 
 PAGE = "attention"
-MULTIPLES_OPEN_UP_TO = 8  # heads per layer drawn as small multiples without asking (each is one API call)
 
 
 def maps(data: dict, scale: str) -> None:
@@ -47,15 +46,12 @@ def _open_head(fkey: str, n_head: int) -> None:
 def multiples(state: dict, model: dict, own_text: str | None, offset: int, scale: str) -> None:
     """Every head of the state's layer as a small map; a click opens that head above."""
     n_head, layer = model["n_head"], state["layer"]
-    with st.expander(f"All {n_head} heads of layer {layer}", expanded=n_head <= MULTIPLES_OPEN_UP_TO):
-        if n_head > MULTIPLES_OPEN_UP_TO and not st.toggle(f"Draw all {n_head} heads ({n_head} maps to compute)",
+    with st.expander(f"All {n_head} heads of layer {layer}", expanded=n_head <= views.MULTIPLES_OPEN_UP_TO):
+        if n_head > views.MULTIPLES_OPEN_UP_TO and not st.toggle(f"Draw all {n_head} heads ({n_head} maps to compute)",
                                                            key="attention._multi"):
             return
         with api.guard("the layer's heads"), st.spinner(f"Computing the {n_head} heads of layer {layer}..."):
-            layer_data = views.layer_maps(state, own_text, offset, n_head)
-            fig = attention_figures.head_multiples_figure([d["windowed"] for d in layer_data], [d["window"] for d in layer_data],
-                                                          layer=layer, pool=layer_data[0].get("pool", 1), scale=scale,
-                                                          selected=state["head"])
+            fig = views.multiples_figure(state, model, own_text, offset, scale)
             fkey = f"attention._multiples.{layer}.{state['head']}"
             components.click_figure(fig, fkey, functools.partial(_open_head, fkey, n_head))
             st.caption("Each head under its window (as in the maps above), on the chosen colour scale.")

@@ -48,9 +48,14 @@ document.addEventListener('keydown', function (e) {
 </script>"""
 
 
+def slide_columns(n: int) -> int:
+    """The figures a row of a slide holds (Present and the deck lay them out alike)."""
+    return _slide_grid(n)[0]
+
+
 def _slide_grid(n: int) -> tuple[int, int]:
-    """(columns, rows) that put n figures on one screen."""
-    cols = 1 if n <= 1 else 2
+    """(columns, rows) that put n figures on one screen: up to 4 two a row, more three a row."""
+    cols = 1 if n <= 1 else 2 if n <= 4 else 3
     return cols, max(1, -(-n // cols))
 
 
@@ -60,7 +65,8 @@ LINE_PX = 34  # one line of text under the slide's header
 
 
 def slide_figure_height(n_figures: int, n_lines: int) -> int:
-    """Each figure's height on Present so that the slide's figures (two per row) and lines fit SCREEN_PX."""
+    """Each figure's height on Present so that the slide's figures (`slide_columns` a row) and lines fit
+    SCREEN_PX."""
     _, rows = _slide_grid(n_figures)
     return max(180, (SCREEN_PX - SLIDE_CHROME_PX - LINE_PX * n_lines) // rows - 16)
 

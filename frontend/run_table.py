@@ -95,9 +95,9 @@ def parse_tags(text: str) -> list[str]:
 METRIC_DECIMALS = {"val_loss": 4, "acr": 3, "causal_coverage": 3}
 
 
-def metric_text(column: str, value: Any) -> str:
+def metric_text(column: str, value: Any, decimals: Mapping[str, int] = METRIC_DECIMALS) -> str:
     """A table cell as text: a metric with its fixed decimals, a missing value as "", others as str."""
     if value is None or (isinstance(value, float) and value != value):
         return ""
-    digits = METRIC_DECIMALS.get(column)
+    digits = decimals.get(column)
     return f"{float(value):.{digits}f}" if digits is not None and isinstance(value, (int, float)) else str(value)

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from aah_client.client import OWN_WINDOW
-from frontend import api, attention_figures, figures, group_views, plans, run_table, study_views, url_state
+from frontend import api, attention_figures, figures, group_views, plans, run_views, study_views, url_state
 from frontend.comparable import plan_shape, run_family
 from frontend.export import Section
 
@@ -79,11 +79,29 @@ def editor_section(state: dict) -> Section:
     figs: dict[str, go.Figure] = {
         "grid": figures.window_grid_figure(plan, changed=plans.changed_cells(own, plan), seq_len=model["seq_len"],
                                            title="window plan (red outline: changed vs the model's own plan)")}
+    figs.update(editor_plots(model, result, state))
     if result.get("per_token"):
         figs["tokens"] = figures.token_delta_figure(result["per_token"]["tokens"], result["per_token"]["delta"])
     lines = metric_lines(result) + [f"model {model['name']} · eval set {result['eval_set']}",
                                     f"plan {plans.encode_plan(plan)}"]
     return Section(f"Window editor: {model['name']}", figs, lines)
+
+
+EDITOR_METRICS = ("causal_coverage", "acr")  # the editor's "Coverage metric for plots", its first the default
+
+
+def editor_plots(model: dict, result: dict, state: dict) -> dict[str, go.Figure]:
+    """The editor's loss plot (and its stored-runs plot when the view asks), as the page opened from the
+    view draws them: the allocation curve and the serving grains' points come only after an action in
+    the page's session (a button, an expander), which a view does not hold."""
+    metric = state["metric"] if state["metric"] in EDITOR_METRICS else EDITOR_METRICS[0]
+    x = "kv_bytes" if state["xaxis"] == "kv_bytes" else metric
+    own_info = api.cached("model_windows", model["id"])
+    figs = {"loss": figures.loss_coverage_figure(x, result["eval_set"], [], live={"x": result[x], "y": result["loss"]},
+                                                 baseline={"x": own_info[x], "y": result["baseline_loss"]})}
+    if state["runsplot"]:
+        figs["runs"] = figures.runs_coverage_figure(metric, run_points(metric))
+    return figs
 
 
 def run_points(metric: str) -> list[dict]:
@@ -157,14 +175,55 @@ def layer_maps(state: dict, own_text: str | None, offset: int, n_head: int) -> l
     return [attention_data({**state, "head": h}, own_text, offset)[1] for h in range(n_head)]
 
 
+MULTIPLES_OPEN_UP_TO = 8  # heads per layer drawn as small multiples without asking (each is one API call)
+
+
+def multiples_figure(state: dict, model: dict, own_text: str | None, offset: int, scale: str) -> go.Figure:
+    """Every head of the state's layer as a small map, the state's head outlined."""
+    maps = layer_maps(state, own_text, offset, model["n_head"])
+    return attention_figures.head_multiples_figure([d["windowed"] for d in maps], [d["window"] for d in maps],
+                                                   layer=state["layer"], pool=maps[0].get("pool", 1), scale=scale,
+                                                   selected=state["head"])
+
+
+TAU_RANGE = (0.5, 0.99)  # the retained-mass slider's range
+
+
+def retained_figure(rm: dict, own: list, state: dict, seq_len: int) -> go.Figure:
+    """The head's retained-mass curve (GET /retained_mass) against its assigned window, with τ."""
+    layer, head = state["layer"], state["head"]
+    return figures.retained_mass_figure(rm["buckets"], rm["mass"][layer][head], own[layer][head], seq_len,
+                                        tau=state["tau"], title=f"L{layer}H{head}: mass within w keys")
+
+
+def attention_diagnostics(model: dict, state: dict) -> dict[str, go.Figure]:
+    """The Attention page's charts below the maps, as the page opened from the view draws them: the
+    layer's small multiples (without asking up to MULTIPLES_OPEN_UP_TO heads), the retained mass and the
+    sensitivity sweep where the view turns them on."""
+    figs: dict[str, go.Figure] = {}
+    scale = state["scale"] if state["scale"] in attention_figures.SCALES else "linear"
+    if model["n_head"] <= MULTIPLES_OPEN_UP_TO:
+        figs["heads"] = multiples_figure(state, model, None, 0, scale)
+    if state["rm"]:
+        own = api.cached("model_windows", model["id"])["windows"]
+        tau = state["tau"] if TAU_RANGE[0] <= state["tau"] <= TAU_RANGE[1] else url_state.defaults("attention")["tau"]
+        rm = api.cached("retained_mass", model["id"], text_id=state["text"] or None)
+        figs["retained"] = retained_figure(rm, own, {**state, "tau": tau}, model["seq_len"])
+    if state["sens"]:
+        sens = api.cached("sensitivity", model["id"])
+        k = state["bucket"] if 0 <= state["bucket"] < len(sens["buckets"]) else 0
+        figs["sweep"] = figures.sensitivity_figure(sens["delta"], sens["buckets"], k)
+    return figs
+
+
 def attention_section(state: dict) -> Section:
     model, data, _ = attention_data(state)
     cut = [c for c in data["cut_mass"] if c is not None]
     lines = [f"model {model['name']} · layer {data['layer']} head {data['head']} · window "
              f"{plans.window_label(data['window'])} · {data['n_tokens']} tokens (pool {data.get('pool', 1)})",
              f"mean attention mass cut off per query: {sum(cut) / max(len(cut), 1):.3f}"]
-    return Section(f"Attention: layer {data['layer']}, head {data['head']}", attention_section_figures(data, state["scale"]),
-                   lines)
+    figs = {**attention_section_figures(data, state["scale"]), **attention_diagnostics(model, state)}
+    return Section(f"Attention: layer {data['layer']}, head {data['head']}", figs, lines)
 
 
 # -- runs, ACR curves, compare ------------------------------------------------------------------------
@@ -330,37 +389,9 @@ def _fmt(v: Any) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
 
 
-def runs_frame(runs: list[dict], all_params: bool) -> pd.DataFrame:
-    """The runs table: identity, status, progress, key metrics, then params (only those that differ
-    between the listed runs unless `all_params`)."""
-    keys = sorted({k for r in runs for k in (r.get("params") or {})}) if all_params else run_table.differing_params(runs)
-    rows = []
-    for r in runs:
-        s, p, prog = r.get("summary") or {}, r.get("params") or {}, r.get("progress")
-        # the metrics right after the run's name: at the table's default width they are on screen
-        rows.append({"id": r["id"], "name": r["name"], "status": r["status"],
-                     "val_loss": s.get("val_loss"), "acr": s.get("acr"), "causal_coverage": s.get("causal_coverage"),
-                     "target": r.get("target", "local"), "engine job": r.get("engine_job_id") or "",
-                     "progress": f"{prog['step']}/{prog['total_steps']}" if prog else "",
-                     "preset": r.get("preset"), "experiment": r.get("experiment"), "source": r.get("source"),
-                     "group": r.get("group"), "seed": r.get("seed"), "tags": ", ".join(r.get("tags") or []),
-                     **{f"param {k}": p.get(k) for k in keys}})
-    return pd.DataFrame(rows)
-
-
-def runs_section(state: dict) -> Section:
-    runs = api.call("runs", experiment=state["experiment"] or None, preset=state["preset"] or None,
-                    status=state["status"] or None, source=state["source"] or None, group=state["group"] or None,
-                    tag=state["tag"] or None, limit=500)
-    df = runs_frame(run_table.filter_runs(runs, state["q"]), state["allparams"])
-    table = go.Figure(go.Table(header=dict(values=list(df.columns)), cells=dict(values=[
-        [run_table.metric_text(c, v) for v in df[c].tolist()] for c in df.columns])))
-    return Section("Runs", {"table": table}, [f"{len(df)} runs"])
-
-
 SECTIONS: dict[str, Callable[[dict], Section]] = {
     "editor": editor_section, "attention": attention_section, "acr": acr_section,
-    "compare": compare_section, "runs": runs_section,
+    "compare": compare_section, "runs": run_views.runs_section,
 }
 
 

@@ -83,13 +83,12 @@ with api.guard("retained-mass curves"):
                 st.caption("On your text, the tokens shown above.")
             else:
                 rm = api.cached("retained_mass", model_id, text_id=state["text"] or None)
-        components.ensure_range(PAGE, "tau", 0.5, 0.99)
-        tau = st.slider("τ (suggest the smallest window keeping this much mass)", 0.5, 0.99, step=0.01,
+        components.ensure_range(PAGE, "tau", *views.TAU_RANGE)
+        tau = st.slider("τ (suggest the smallest window keeping this much mass)", *views.TAU_RANGE, step=0.01,
                         key=components.key(PAGE, "tau"))
         mass = rm["mass"][layer][head]
-        fig = figures.retained_mass_figure(rm["buckets"], mass, own[layer][head], model["seq_len"], tau=tau,
-                                           title=f"L{layer}H{head}: mass within w keys")
-        components.show_figure(fig, "attention._retained")
+        components.show_figure(views.retained_figure(rm, own, {**state, "tau": tau}, model["seq_len"]),
+                               "attention._retained")
         st.caption(f"Smallest window keeping ≥ {tau:.2f} of the mass: "
                    f"**{plans.window_label(plans.suggest_window(rm['buckets'], mass, tau))}** "
                    f"(assigned: {plans.window_label(own[layer][head])}).")

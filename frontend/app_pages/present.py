@@ -57,7 +57,7 @@ with api.guard(f"slide “{view['name']}”"), st.spinner(f"Rendering “{user_t
     st.header(user_text.md(view["name"]))
     for line in sec.lines:  # they name runs and metric keys
         st.markdown(f"- {user_text.md(line)}")
-    cols = st.columns(2 if len(sec.figures) > 1 else 1)
+    cols = st.columns(export.slide_columns(len(sec.figures)))
     height = export.slide_figure_height(len(sec.figures), len(sec.lines))  # the slide fits one 1100 px screen
     for i, (name, fig) in enumerate(sec.figures.items()):
         with cols[i % len(cols)]:

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from frontend import api, components, groups, jobs, run_table, user_text, views
+from frontend import api, components, groups, jobs, run_table, run_views, user_text
 
 PAGE = "runs"
 STATUSES = ["", "SCHEDULED", "PENDING", "RUNNING", "FINISHED", "FAILED", "KILLED"]
@@ -23,42 +23,28 @@ c1.selectbox("Source", SOURCES, key=components.key(PAGE, "source"), format_func=
                   "reproduction suite · paper: the paper's reported numbers")
 c2.text_input("Group", key=components.key(PAGE, "group"), placeholder="any", help="e.g. a suite row: full_adaptive")
 c3.text_input("Tag", key=components.key(PAGE, "tag"), placeholder="any")
-max_loss = c4.number_input("Max val_loss", 0.0, 100.0, step=0.1, key=components.key(PAGE, "maxloss"), help="0 = no limit")
+c4.number_input("Max val_loss", 0.0, 100.0, step=0.1, key=components.key(PAGE, "maxloss"), help="0 = no limit")
 c1, c2, c3, c4 = st.columns([1, 1, 1, 2])
 c1.toggle("All params", key=components.key(PAGE, "allparams"), help="off: only params that differ between the listed runs")
 c2.toggle("Paper reference", key=components.key(PAGE, "paper"), help="the paper's reported Table 1/2 figures (read-only)")
 c3.toggle("Group seeds", key=components.key(PAGE, "bygroup"), help="one row per group: mean ± std of a metric over its runs")
 components.ensure_range(PAGE, "cov", 0.0, 1.0)
-cov = c4.slider("causal_coverage range", 0.0, 1.0, step=0.01, key=components.key(PAGE, "cov"))
+c4.slider("causal_coverage range", 0.0, 1.0, step=0.01, key=components.key(PAGE, "cov"))
 state = components.current_state(PAGE)
 components.publish(PAGE, state)
-filters = {"experiment": state["experiment"] or None, "preset": state["preset"] or None,
-           "status": state["status"] or None, "source": state["source"] or None, "group": state["group"] or None,
-           "tag": state["tag"] or None}
-
-
-def load_runs() -> list[dict]:
-    runs = api.call("runs", limit=500, **filters)
-    if not state["paper"]:
-        runs = [r for r in runs if not r.get("read_only")]
-    return run_table.filter_runs(runs, state["q"], max_loss or None, cov)
 
 
 def grouped_table(runs: list[dict]) -> None:
-    keys = sorted({k for r in runs for k in (r.get("summary") or {})}) or ["val_loss"]
+    keys = run_views.group_metrics(runs)
     components.ensure_option(PAGE, "metric", keys)
     metric = st.selectbox("Metric (mean ± std over each group's runs)", keys, key=components.key(PAGE, "metric"))
-    rows = api.call("run_groups", keys=[metric], experiment=filters["experiment"], group=filters["group"],
-                    source=filters["source"], tag=filters["tag"])
-    shown = {r["id"] for r in runs}
-    # the paper's rows pair its Table 1 with its Table 2, not seeds: Compare's reproduction view shows them
-    rows = [g for g in rows if set(g["run_ids"]) & shown and "paper" not in g["sources"]]
+    rows = run_views.group_rows(runs, state, metric)
     if not rows:
         components.placeholder("None of these runs carries a group. Turn off “Group seeds” to list them.")
         return
+    number = st.column_config.NumberColumn(format=f"%.{run_views.GROUP_DECIMALS}f")
     st.dataframe(groups.groups_frame(rows, metric), hide_index=True, key="runs._groups",
-                 column_config={f"{metric} mean": st.column_config.NumberColumn(format="%.4f"),
-                                f"{metric} std": st.column_config.NumberColumn(format="%.4f")})
+                 column_config={f"{metric} mean": number, f"{metric} std": number})
     st.caption("mean ± sample std (ddof 1) of each run's last value; n = runs with a finite value. Draw a group's "
                "curves with a band on Compare → Groups of seeds.")
 
@@ -74,14 +60,14 @@ def runs_table() -> None:
     """The table; while jobs run it refreshes every 3 s (progress and metrics move; a job that starts or
     ends redraws the whole page through jobs.watch)."""
     with api.guard("loading runs"):
-        runs = load_runs()
+        runs = run_views.runs_shown(state)
         if not runs:
             components.placeholder("No runs match these filters. Launch one below, or clear the filters.")
             return
         if state["bygroup"]:
             grouped_table(runs)
             return
-        st.dataframe(views.runs_frame(runs, state["allparams"]), hide_index=True, key="runs._table",
+        st.dataframe(run_views.runs_frame(runs, state["allparams"]), hide_index=True, key="runs._table",
                      column_config={k: st.column_config.NumberColumn(format=f"%.{d}f")
                                     for k, d in run_table.METRIC_DECIMALS.items()})
         if live_jobs:
@@ -149,4 +135,4 @@ with st.expander("Launch a training run", expanded=False), api.guard("launching 
 
 
 jobs.watch(baseline)  # progress every second; the page redraws when a job starts or ends
-components.share_bar(PAGE, state, lambda: views.runs_section(state))
+components.share_bar(PAGE, state, lambda: run_views.runs_section(state))

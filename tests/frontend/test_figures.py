@@ -57,6 +57,22 @@ def test_attention_figure_blank_upper_triangle_and_fixed_scale():
     assert list(fig.layout.yaxis.categoryarray) == list(hm.y) == list(hm.x)
 
 
+def test_attention_maps_travel_as_float32_with_the_apis_weights_unchanged():
+    """The maps' values go to the browser (and into a deck) as float32, half of float64's bytes: the
+    API's weights are float32 values, so each arrives as sent, and so do the distances in the hover."""
+    rng = np.random.default_rng(0)
+    w = np.tril(rng.random((40, 40))).astype(np.float32)
+    rows = [[float(v) if j <= i else None for j, v in enumerate(r)] for i, r in enumerate(w)]
+    fig = attention_figures.attention_figure(rows, ["t"] * 40, window=8, pool=3)
+    hm, sent = fig.data[0], fig.to_plotly_json()["data"][0]  # as sent: base64 with its dtype
+    assert sent["z"]["dtype"] == sent["customdata"]["dtype"] == "f4"
+    low = np.tril_indices(40)
+    assert (np.asarray(hm.z)[low] == w[low]).all() and (np.asarray(hm.customdata)[..., 1][low] == w[low]).all()
+    assert (np.asarray(hm.customdata)[..., 0][low] == 3 * (low[0] - low[1])).all()
+    diff = attention_figures.attention_diff_figure(rows, rows, ["t"] * 40).to_plotly_json()["data"][0]
+    assert diff["z"]["dtype"] == "f4"
+
+
 def test_attention_labels_count_from_the_texts_start_and_show_blank_tokens():
     fig = attention_figures.attention_figure(attn(3), ["x", " ", "\n"], window=None, offset=500, pool=2)
     assert list(fig.data[0].x) == ["(500) x", "(502) ␣", "(504) ↵"]

@@ -135,11 +135,11 @@ def test_apply_table_edits():
 
 def test_runs_table_puts_metrics_next_to_the_name_with_fixed_decimals():
     """Issue 23: the default Runs table cut val_loss off at the right, and mixed decimals."""
-    from frontend import views
+    from frontend import run_views
 
     runs = [{"id": 1, "name": "a", "status": "FINISHED", "summary": {"val_loss": 2.5, "acr": 0.12345}},
             {"id": 2, "name": "b", "status": "FINISHED", "summary": {"val_loss": 2.123456, "acr": None}}]
-    df = views.runs_frame(runs, False)
+    df = run_views.runs_frame(runs, False)
     assert list(df.columns[:6]) == ["id", "name", "status", "val_loss", "acr", "causal_coverage"]
     assert [run_table.metric_text("val_loss", v) for v in df["val_loss"]] == ["2.5000", "2.1235"]
     assert [run_table.metric_text("acr", v) for v in df["acr"]] == ["0.123", ""]
