@@ -18,8 +18,12 @@ os.environ.setdefault("AAH_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver
 
 # Test files that share one machine-wide resource, by node-id prefix. Under pytest-xdist (`make test` runs
 # two workers) each group runs whole on one worker: the browser tests share one API, dashboard and Chromium
-# (tests/frontend/conftest.py), the cluster tests one Ray head and one Slurm (tests/clusters/conftest.py).
-SHARED_RESOURCES = {"tests/frontend/test_browser": "browser", "tests/clusters/": "clusters"}
+# (tests/frontend/conftest.py), the cluster tests one Ray head and one Slurm (tests/clusters/conftest.py). The
+# files whose tests compile FlexAttention on CPU share one process: its first compile also pays Inductor's
+# warm-up (imports, C++ ISA probes: measured 55 s for their three compiles in three processes, 49 s in one).
+FLEX = ("tests/core/test_attention_flex.py", "tests/core/test_attention_sinks.py", "tests/core/test_model.py")
+SHARED_RESOURCES = {"tests/frontend/test_browser": "browser", "tests/clusters/": "clusters",
+                    **dict.fromkeys(FLEX, "flex")}
 
 
 def xdist_scope(nodeid: str) -> str:
