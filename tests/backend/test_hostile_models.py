@@ -83,20 +83,6 @@ def test_a_tracked_checkpoint_naming_an_outside_tokenizer_never_stops_the_servic
     assert listing(home, tmp) == set()  # tiktoken's cache, torch's compiler cache: all under the data dir
 
 
-def test_a_corpus_that_is_the_store_is_refused(world, tiny_demo):
-    base, data, _, _, _, env = world
-    hostile = json.loads((tiny_demo / "config.json").read_text())
-    hostile["config"]["data"]["corpus"] = "aah.db"
-    with running_api(data, base / "api.log", env) as url, httpx.Client(base_url=url, timeout=60) as client:
-        r = client.post(f"{API}/runs", json={"preset": "tiny", "overrides": {"data.corpus": "aah.db"}})
-        assert r.status_code == 422 and "data.corpus" in r.json()["detail"], r.text
-        run_id, auth = tracked(client, tiny_demo)
-        assert upload(client, run_id, tiny_demo, auth, {"config.json": json.dumps(hostile).encode()}).status_code == 200
-        texts = client.get(f"{API}/models/run-{run_id}/texts")
-        assert texts.status_code == 503 and "SQLite" not in texts.text, texts.text
-        assert "data.corpus" in _unavailable(client)[f"run-{run_id}"]
-
-
 # ---- Hugging Face folders -------------------------------------------------------------------------------
 
 BIG = {"hidden_size": 4096, "vocab_size": 65536, "intermediate_size": 11008}
@@ -236,3 +222,17 @@ def test_an_export_of_a_loaded_folder_whose_file_became_a_link_out_is_refused(hf
     assert r.status_code == 503 and "tokenizer.json is a link that leads out" in r.json()["detail"], r.text
     if atime_updates(base):
         assert read_since_aged(outside / "tokenizer.json") == []  # an export copies the tokenizer: not this one
+
+
+def test_a_corpus_that_is_the_store_is_refused(hf_live, tiny_demo):
+    # on the module's server (a server of its own cost a start): a tracked run's model, which no test above lists
+    client, *_ = hf_live
+    hostile = json.loads((tiny_demo / "config.json").read_text())
+    hostile["config"]["data"]["corpus"] = "aah.db"
+    r = client.post(f"{API}/runs", json={"preset": "tiny", "overrides": {"data.corpus": "aah.db"}})
+    assert r.status_code == 422 and "data.corpus" in r.json()["detail"], r.text
+    run_id, auth = tracked(client, tiny_demo)
+    assert upload(client, run_id, tiny_demo, auth, {"config.json": json.dumps(hostile).encode()}).status_code == 200
+    texts = client.get(f"{API}/models/run-{run_id}/texts")
+    assert texts.status_code == 503 and "SQLite" not in texts.text, texts.text
+    assert "data.corpus" in _unavailable(client)[f"run-{run_id}"]
