@@ -232,7 +232,12 @@ def prepare_download(page, expander: str, prepare, download, build_s: float = 90
     expand(page, expander, prepare)
     settled(page)
     prepare.click()
-    download.wait_for(timeout=build_s * 1000)
+    try:
+        download.wait_for(timeout=build_s * 1000)
+    except Exception:  # said with a picture of the page: the click once came to nothing (no rerun)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "prepare-download-timeout.png"), full_page=True)
+        raise
 
 
 def download_deck(page, path: Path) -> Path:

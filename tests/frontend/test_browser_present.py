@@ -15,12 +15,14 @@ def _caption(page) -> str:
 
 
 def test_arrow_keys_move_between_slides_and_the_deck_is_one_slide_per_screen(live, tmp_path):
+    """The deck is the test's own two views (?deck=), whatever other tests saved: each a Runs view of the
+    demo's imported run, a one-row table, so the slides draw quickly on a loaded machine."""
     stack, browser = live
     api = f"{stack.api_url}/api/v1"
-    for name in ("arrow one", "arrow two"):
-        httpx.post(f"{api}/views", json={"name": name, "page": "runs", "state": {"paper": False}}, timeout=30)
-    n = len(httpx.get(f"{api}/views", timeout=30).json())
-    page = S.open_page(browser, f"{stack.ui_url}/present")
+    ids = [httpx.post(f"{api}/views", json={"name": name, "page": "runs", "state": {"source": "imported"}},
+                      timeout=30).json()["id"] for name in ("arrow one", "arrow two")]
+    n = len(ids)
+    page = S.open_page(browser, f"{stack.ui_url}/present?deck={','.join(map(str, ids))}")
     S.wait_for(lambda: f"slide 1 of {n}" in _caption(page), what="the first slide")
     page.locator('kbd[aria-label="Shortcut →"]').wait_for()  # the shortcut is registered
 
@@ -36,8 +38,10 @@ def test_arrow_keys_move_between_slides_and_the_deck_is_one_slide_per_screen(liv
 
     offline = browser.new_context(offline=True, viewport={"width": 1280, "height": 800})
     view = offline.new_page()
-    view.goto(path.as_uri())
-    view.wait_for_selector("section.slide .js-plotly-plot .main-svg", timeout=60_000)
+    # hang detectors, not speed limits: "load" waits for the inlined plotly.js (4.8 MB) and every figure's
+    # script to run, which took over 30 s on a loaded machine for a 10 MB deck
+    view.goto(path.as_uri(), timeout=120_000)
+    view.wait_for_selector("section.slide .js-plotly-plot .main-svg", timeout=120_000)
     heights = view.evaluate("[...document.querySelectorAll('section.slide')].map(s => s.getBoundingClientRect().height)")
     assert len(heights) == n and all(h == pytest.approx(800, abs=1) for h in heights)
     fits = view.evaluate("""[...document.querySelectorAll('section.slide')].every(s =>
