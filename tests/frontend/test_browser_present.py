@@ -15,12 +15,15 @@ def _caption(page) -> str:
 
 
 def test_arrow_keys_move_between_slides_and_the_deck_is_one_slide_per_screen(live, tmp_path):
-    """The deck is the test's own two views (?deck=), whatever other tests saved: each a Runs view of the
-    demo's imported run, a one-row table, so the slides draw quickly on a loaded machine."""
+    """The deck is the test's own views (?deck=), whatever other tests saved: two Runs views of the demo's
+    imported run (a one-row table: the slides stepped through draw quickly on a loaded machine), then an
+    Attention view with all its charts (6: the maps, the layer's heads, the retained mass), exported only."""
     stack, browser = live
     api = f"{stack.api_url}/api/v1"
-    ids = [httpx.post(f"{api}/views", json={"name": name, "page": "runs", "state": {"source": "imported"}},
-                      timeout=30).json()["id"] for name in ("arrow one", "arrow two")]
+    views = [("arrow one", "runs", {"source": "imported"}), ("arrow two", "runs", {"source": "imported"}),
+             ("every chart", "attention", {"layer": "1"})]
+    ids = [httpx.post(f"{api}/views", json={"name": name, "page": p, "state": state}, timeout=30).json()["id"]
+           for name, p, state in views]
     n = len(ids)
     page = S.open_page(browser, f"{stack.ui_url}/present?deck={','.join(map(str, ids))}")
     S.wait_for(lambda: f"slide 1 of {n}" in _caption(page), what="the first slide")
@@ -44,6 +47,7 @@ def test_arrow_keys_move_between_slides_and_the_deck_is_one_slide_per_screen(liv
     view.wait_for_selector("section.slide .js-plotly-plot .main-svg", timeout=120_000)
     heights = view.evaluate("[...document.querySelectorAll('section.slide')].map(s => s.getBoundingClientRect().height)")
     assert len(heights) == n and all(h == pytest.approx(800, abs=1) for h in heights)
+    assert view.locator("section.slide#s3 .js-plotly-plot").count() == 6
     fits = view.evaluate("""[...document.querySelectorAll('section.slide')].every(s =>
         [...s.querySelectorAll('.js-plotly-plot')].every(p => p.getBoundingClientRect().bottom
                                                           <= s.getBoundingClientRect().bottom + 1))""")
