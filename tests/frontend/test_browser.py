@@ -29,7 +29,7 @@ def test_edit_a_head_and_share_the_view(live, model):
     delta = S.metric_value(page, "Δloss vs own plan")
     assert delta and float(delta) != 0.0
     S.wait_for(lambda: "plan=" in S.href(page), what="the plan in the URL")
-    page.wait_for_timeout(500)
+    S.settled(page)  # the picture shows the page drawn to the end, not a fixed wait after the URL
     page.screenshot(path=str(ARTIFACTS / "editor.png"), full_page=True)
     S.copy_artifact(ARTIFACTS / "editor.png", S.ROOT / "docs" / "editor.png")
 
@@ -58,7 +58,7 @@ def test_heatmap_link_and_offline_export(live, model, tmp_path):
     title = f"L{layer}H{head} full causal attention"
     S.wait_for(lambda: title in " ".join(page.locator(".gtitle").all_text_contents()), what="the heatmap")
     S.wait_for(lambda: page.locator(".js-plotly-plot").count() >= 5, what="all attention figures")
-    page.wait_for_timeout(800)
+    S.settled(page)
     page.screenshot(path=str(ARTIFACTS / "attention.png"), full_page=True)
     S.copy_artifact(ARTIFACTS / "attention.png", S.ROOT / "docs" / "attention.png")
     query = parse_qs(urlparse(S.href(page)).query)
@@ -80,8 +80,10 @@ def test_heatmap_link_and_offline_export(live, model, tmp_path):
     requests = []
     offline.on("request", lambda r: requests.append(r.url))
     view = offline.new_page()
-    view.goto(html_path.as_uri())
-    view.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+    # hang detectors: "load" waits for the inlined plotly.js and each figure's script (the maps' data is
+    # megabytes), which passed Playwright's 30 s default on a loaded machine (test_browser_present)
+    view.goto(html_path.as_uri(), timeout=120_000)
+    view.wait_for_selector(".js-plotly-plot .main-svg", timeout=120_000)
     assert view.evaluate("typeof Plotly") == "object"
     assert view.locator(".js-plotly-plot").count() >= 4
     assert [u for u in requests if not u.startswith(("file:", "data:", "blob:"))] == []

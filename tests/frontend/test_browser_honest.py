@@ -42,7 +42,7 @@ def test_every_page_loads_with_no_request_outside_loopback(live, model):
         page = S.open_page(browser, f"{stack.ui_url}/{path}", context)
         ready = '[data-testid="stDataFrame"]' if path == "runs" else ".js-plotly-plot .main-svg"
         S.wait_for(lambda page=page, ready=ready: page.locator(ready).count() >= 1, what=f"the content of /{path}")
-        page.wait_for_timeout(800)
+        S.settled(page)  # the script ran to its end: an error it writes late is on screen by now
         _no_error_on_screen(page, f"/{path}")
         name = re.sub(r"[^a-z]+", "-", path).strip("-") or "editor"
         page.screenshot(path=str(S.ARTIFACTS / f"tour-{name}.png"), full_page=True)
