@@ -1,6 +1,8 @@
 """Present: saved views stepped through as slides (big fonts, no sidebar with ?mode=present) and
 exported as one offline HTML deck."""
 
+import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from frontend import api, components, export, user_text, view_manager, views
@@ -36,6 +38,17 @@ def _step(delta: int) -> None:
     st.session_state[sk] = min(max(st.session_state[sk] + delta, 0), len(deck) - 1)
 
 
+def _show(fig: go.Figure, height: int, key: str) -> None:
+    """A chart, or a table (the Runs slide) as the page draws it: a dataframe. A Plotly table draws
+    every cell as SVG: 60 runs x 20 columns took 3.5 s in Chromium, and tens of seconds on a loaded box."""
+    if fig.data and all(isinstance(t, go.Table) for t in fig.data):
+        t = fig.data[0]
+        st.dataframe(pd.DataFrame(list(zip(*t.cells.values)), columns=list(t.header.values)), hide_index=True,
+                     height=height, key=key)
+    else:
+        components.show_figure(export.exportable(fig).update_layout(height=height), key)
+
+
 def _mode(m: str) -> None:
     st.session_state[components.key(PAGE, "mode")] = m
 
@@ -61,8 +74,7 @@ with api.guard(f"slide “{view['name']}”"), st.spinner(f"Rendering “{user_t
     height = export.slide_figure_height(len(sec.figures), len(sec.lines))  # the slide fits one 1100 px screen
     for i, (name, fig) in enumerate(sec.figures.items()):
         with cols[i % len(cols)]:
-            components.show_figure(export.exportable(fig).update_layout(height=height),
-                                   f"present._fig.{view['id']}.{name}")
+            _show(fig, height, f"present._fig.{view['id']}.{name}")
 
 if not presenting:
     view_manager.manager(saved)

@@ -678,3 +678,15 @@ def test_the_attention_pages_sweep_says_its_pick_on_both_sets(fake_api):
     line = next(c.value for c in at.caption if c.value.startswith("The head this sweep singles out"))
     assert f"L1H2 at window 4, +{sweep['pick']['delta']:.3f} nats on mixed (where it was picked)" in line
     assert f"+{sweep['pick']['held_out_delta']:.3f} nats on held-out english (not used to pick it)" in line
+
+
+def test_a_runs_slide_on_present_is_a_table_as_on_the_runs_page(fake_api):
+    """Present draws the Runs slide's table as the Runs page does (a dataframe, not a Plotly table, which
+    draws every cell as SVG), with the slide's rows and columns."""
+    fake_api.create_view("runs", "runs", {"paper": False})
+    at = page("present")
+    table = views.build_section("runs", {"paper": False}).figures["table"].data[0]
+    shown = at.dataframe[0].value
+    assert list(shown.columns) == list(table.header.values) and not at.get("plotly_chart")
+    assert [list(map(str, col)) for col in table.cells.values] == [list(map(str, shown[c])) for c in shown.columns]
+    assert len(shown) == 2  # the paper's row is left out, as the view asks
