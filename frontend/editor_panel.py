@@ -201,6 +201,16 @@ def history_buttons(hist: history.PlanHistory) -> None:
 
 
 def table_editor(model: dict, hist: history.PlanHistory) -> None:
+    """The plan as a table of select boxes, built while its expander is open only: the data grid is
+    1.4 MB of the browser's code, and drawn with the charts of a new session it held them up by about
+    1.4 s (bench/ui.py cold opens, with and without it, alternating: every chart drawn p50 5.1 s vs 3.8 s).
+    Opening it reruns the charts' fragment, not the map's."""
+    with components.lazy_expander("Edit as a table", "editor._table_open") as box:
+        if box.open:
+            _table(model, hist)
+
+
+def _table(model: dict, hist: history.PlanHistory) -> None:
     import pandas as pd
 
     opts = labels(model, hist.current)

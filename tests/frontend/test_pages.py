@@ -678,3 +678,18 @@ def test_the_attention_pages_sweep_says_its_pick_on_both_sets(fake_api):
     line = next(c.value for c in at.caption if c.value.startswith("The head this sweep singles out"))
     assert f"L1H2 at window 4, +{sweep['pick']['delta']:.3f} nats on mixed (where it was picked)" in line
     assert f"+{sweep['pick']['held_out_delta']:.3f} nats on held-out english (not used to pick it)" in line
+
+
+def test_editor_table_is_built_while_its_expander_is_open_and_edits_the_plan(fake_api):
+    """'Edit as a table' (a lazy expander: the browser loads no data grid for a closed one): no table
+    until it is opened; a cell set in it is an edit of the plan (evaluated, in the URL)."""
+    at = first_paint(page("editor"), "editor")
+    assert not at.get("dataframe")
+    open_expander(at, "editor._table_open")
+    table, = at.get("dataframe")
+    states = at._tree.get_widget_states()
+    edit = {"edited_rows": {"0": {"H0": "full"}}, "added_rows": [], "deleted_rows": []}
+    states.widgets.add(id=table.proto.id, string_value=json.dumps(edit))
+    at._run(states)
+    assert fake_api.called("evaluate")[-1][1][1][0][0] is None and OWN[0][0] is not None
+    assert url(at)["plan"].startswith("full.")
