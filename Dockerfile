@@ -46,6 +46,8 @@ COPY pyproject.toml README.md ./
 COPY aah_core ./aah_core
 COPY backend ./backend
 COPY frontend ./frontend
+# the dashboard's settings (offline, no tracebacks, no full GC after each run), read from the working directory
+COPY .streamlit ./.streamlit
 COPY aah_client ./aah_client
 COPY aah_tracking ./aah_tracking
 COPY aah_launcher ./aah_launcher

@@ -75,13 +75,14 @@ def check_head(model: dict) -> None:
     components.ensure_option(PAGE, "head", list(range(n_head)), f"this model has heads 0-{n_head - 1}")
 
 
-def cell_editor(model: dict, own: list, hist: history.PlanHistory, kv_group: int = 1) -> None:
+def cell_editor(model: dict, own: list, hist: history.PlanHistory, kv_group: int = 1, on_edit: str | None = None) -> None:
     """The window map, the picked head's window pills and a typed window (frontend/head_editor.py):
     one browser-side component, so a pill always edits the head it is shown for. `kv_group`: query
-    heads per KV head (grouped-query attention), drawn on the map."""
+    heads per KV head (grouped-query attention), drawn on the map; `on_edit`: the key of the fragment
+    an edit reruns (head_editor.head_editor)."""
     lkey, hkey = components.key(PAGE, "layer"), components.key(PAGE, "head")
     head_editor.head_editor(model, hist, own, labels(model, hist.current),
-                            (st.session_state[lkey], st.session_state[hkey]), lkey, hkey, kv_group)
+                            (st.session_state[lkey], st.session_state[hkey]), lkey, hkey, kv_group, on_edit)
 
 
 def sink_editor(model: dict) -> int | None:
@@ -200,6 +201,16 @@ def history_buttons(hist: history.PlanHistory) -> None:
 
 
 def table_editor(model: dict, hist: history.PlanHistory) -> None:
+    """The plan as a table of select boxes, built while its expander is open only: the data grid is
+    1.4 MB of the browser's code, and drawn with the charts of a new session it held them up by about
+    1.4 s (bench/ui.py cold opens, with and without it, alternating: every chart drawn p50 5.1 s vs 3.8 s).
+    Opening it reruns the charts' fragment, not the map's."""
+    with components.lazy_expander("Edit as a table", "editor._table_open") as box:
+        if box.open:
+            _table(model, hist)
+
+
+def _table(model: dict, hist: history.PlanHistory) -> None:
     import pandas as pd
 
     opts = labels(model, hist.current)

@@ -190,13 +190,17 @@ def apply_log(hist: history.PlanHistory, log: Sequence[Mapping[str, Any]], ack: 
     return ack, picked
 
 
-def _on_log(hist: history.PlanHistory, key: str, model: dict, layer_key: str, head_key: str) -> None:
+def _on_log(hist: history.PlanHistory, key: str, model: dict, layer_key: str, head_key: str,
+            on_edit: str | None) -> None:
     log = (st.session_state[key].get("log") or {}).get("log") or []
+    before = hist.current
     ack, picked = apply_log(hist, log, st.session_state.get(key + ".ack", 0), model["seq_len"],
                             model["n_layer"], model["n_head"])
     st.session_state[key + ".ack"] = ack
     if picked is not None:
         st.session_state[layer_key], st.session_state[head_key] = picked
+    if on_edit is not None and hist.current is not before:
+        st.rerun(on_edit)  # the plan changed: rerun the fragment that evaluates it, not only this one
 
 
 def height(n_layer: int) -> int:
@@ -205,9 +209,11 @@ def height(n_layer: int) -> int:
 
 
 def head_editor(model: dict, hist: history.PlanHistory, own: list, labels: list[str], selected: tuple[int, int],
-                layer_key: str, head_key: str, kv_group: int = 1) -> None:
+                layer_key: str, head_key: str, kv_group: int = 1, on_edit: str | None = None) -> None:
     """Draw the map, pills and typed window of `model`; edits go into `hist`, a picked head into the
-    session keys `layer_key` and `head_key` (the page's URL-bound layer and head)."""
+    session keys `layer_key` and `head_key` (the page's URL-bound layer and head). A message reruns the
+    fragment this is drawn in; one that changed the plan reruns the fragment keyed `on_edit` instead
+    (when given: the caller draws this in a small fragment of its own, so a picked head reruns only it)."""
     key = f"editor._heads.{model['id']}"
     fills, ink = window_colors(labels, model["seq_len"])
     data = {"plan": hist.current, "own": own, "labels": labels, "colors": fills, "ink": ink,
@@ -216,4 +222,4 @@ def head_editor(model: dict, hist: history.PlanHistory, own: list, labels: list[
             "caption": "Window map: click a cell to pick that head · black: picked · red outline: changed vs own plan"
                        + (f" · grey bar: a KV group of {kv_group} heads" if kv_group > 1 else "")}
     _COMPONENT(key=key, data=data, height=height(model["n_layer"]),
-               on_log_change=functools.partial(_on_log, hist, key, model, layer_key, head_key))
+               on_log_change=functools.partial(_on_log, hist, key, model, layer_key, head_key, on_edit))

@@ -46,6 +46,7 @@ NOT_VIEW_STATE: dict[str, dict[str, str]] = {
                "_bulk_layer": "the inputs of Set layer, which edits the plan", "_bulk_lw": "as _bulk_layer",
                "_set_layer": "edits the plan", "_bulk_head": "the inputs of Set head, which edits the plan",
                "_bulk_hw": "as _bulk_head", "_set_head": "edits the plan", "_table": "edits the plan",
+               "_table_open": "the table's expander (as _gen_open)",
                "_load": "loads a rounded plan into the plan", "_curvebtn": "runs the allocator (an action)",
                "_gen_open": "the Generate expander (opening it shows, it changes nothing)",
                "_gen_prompt": "the input of Generate (an action)",

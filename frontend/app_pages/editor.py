@@ -41,7 +41,10 @@ with api.guard("loading models", stop=True), st.spinner("Loading models from the
     editor_panel.check_head(model)
 
 
-@st.fragment
+PANEL = "editor.panel"  # the panel fragment's key: an edit made on the map reruns it (frontend/head_editor.py)
+
+
+@st.fragment(key=PANEL)
 def panel() -> None:
     """Everything an edit touches; an edit reruns only this fragment, not the page. The plan is
     evaluated and its loss sent first, into its place below the edit widgets, so the browser draws
@@ -62,16 +65,25 @@ def panel() -> None:
                                                                                                   or model["n_head"])))
     with metrics_slot:
         serving_panel.serving_table(model, hist, st.session_state[components.key(PAGE, "eval")], editor_panel.commit)
+    st.session_state[components.key(PAGE, "plan")] = "" if hist.current == own else plans.encode_plan(hist.current)
     with cell_slot:
-        editor_panel.cell_editor(model, own, hist, model["n_head"] // int(own_info.get("n_kv_head") or model["n_head"]))
+        heads(hist, model["n_head"] // int(own_info.get("n_kv_head") or model["n_head"]))
     with history_slot:
         editor_panel.history_buttons(hist)
-    st.session_state[components.key(PAGE, "plan")] = "" if hist.current == own else plans.encode_plan(hist.current)
     live = components.current_state(PAGE)
     components.publish(PAGE, live)
     charts(hist, result, live["metric"])
     generate_panel.generate_panel(model, hist.current)
     components.share_bar(PAGE, live, lambda: views.editor_section(live))
+
+
+@st.fragment(key="editor.heads")
+def heads(hist: history.PlanHistory, kv_group: int) -> None:
+    """The map and pills in a fragment of their own, inside the panel's: a head picked on the map reruns
+    only this (and sends the URL, which names the head), so the edit that follows it never waits behind
+    a run of the whole panel; an edit reruns the panel (PANEL)."""
+    editor_panel.cell_editor(model, own, hist, kv_group, on_edit=PANEL)
+    components.publish(PAGE)
 
 
 @st.fragment

@@ -1,6 +1,7 @@
 """Figure builders: shapes, axis orders, colour ranges, band coordinates, NaN upper triangle."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -381,3 +382,20 @@ def test_a_models_window_map_colour_bar_spans_its_own_context():
     assert hm.z[0][1] == hm.z[0][2] == hm.z[0][3] == 8 and hm.z[0][0] == 2  # T keys or more: full
     labels = list(hm.colorbar.ticktext)
     assert labels[0] == "1" and labels[-1] == "full (≥256)" and "16384" not in labels and "512" not in labels
+
+
+def test_every_trace_type_the_dashboard_builds_keeps_the_templates_defaults():
+    """figures.TEMPLATE keeps plotly_white's trace defaults for TRACE_TYPES only: every trace the
+    frontend constructs (go.<Trace>( in its source) must be one of them, or it would draw unstyled."""
+    import re
+
+    import plotly.io as pio
+
+    src = "".join(p.read_text() for p in (Path(figures.__file__).parent).glob("*.py"))
+    built = {name.lower() for name in re.findall(r"\bgo\.([A-Z][A-Za-z]+)\(", src)} - {"figure"}
+    assert built and built <= set(figures.TRACE_TYPES), built - set(figures.TRACE_TYPES)
+    white = pio.templates["plotly_white"]
+    for t in figures.TRACE_TYPES:
+        assert figures.TEMPLATE.data[t] == white.data[t]
+    assert figures.TEMPLATE.layout.colorway == tuple(figures.PALETTE)
+    assert figures.TEMPLATE.layout.font == white.layout.font

@@ -690,3 +690,18 @@ def test_a_runs_slide_on_present_is_a_table_as_on_the_runs_page(fake_api):
     assert list(shown.columns) == list(table.header.values) and not at.get("plotly_chart")
     assert [list(map(str, col)) for col in table.cells.values] == [list(map(str, shown[c])) for c in shown.columns]
     assert len(shown) == 2  # the paper's row is left out, as the view asks
+
+
+def test_editor_table_is_built_while_its_expander_is_open_and_edits_the_plan(fake_api):
+    """'Edit as a table' (a lazy expander: the browser loads no data grid for a closed one): no table
+    until it is opened; a cell set in it is an edit of the plan (evaluated, in the URL)."""
+    at = first_paint(page("editor"), "editor")
+    assert not at.get("dataframe")
+    open_expander(at, "editor._table_open")
+    table, = at.get("dataframe")
+    states = at._tree.get_widget_states()
+    edit = {"edited_rows": {"0": {"H0": "full"}}, "added_rows": [], "deleted_rows": []}
+    states.widgets.add(id=table.proto.id, string_value=json.dumps(edit))
+    at._run(states)
+    assert fake_api.called("evaluate")[-1][1][1][0][0] is None and OWN[0][0] is not None
+    assert url(at)["plan"].startswith("full.")

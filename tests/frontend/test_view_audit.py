@@ -33,7 +33,7 @@ LINKS: dict[str, list[dict[str, str]]] = {
                 {"mode": "reproduction", "suite": "demo", "corpus": "code", "rkey": "acr"}],
     "present": [{"deck": "2,1", "slide": "1", "mode": "present"}],
 }
-LAZY = {"editor": ["editor._gen_open", "editor._serving"]}  # every page has "<page>._share"
+LAZY = {"editor": ["editor._gen_open", "editor._serving", "editor._table_open"]}  # every page has "<page>._share"
 
 
 def _widgets(at: AppTest) -> list[Widget]:
