@@ -227,17 +227,33 @@ def expand(page, label: str, shows, timeout: float = 60.0) -> None:
     shows.wait_for(timeout=timeout * 1000)
 
 
+# The page's layout shifts so far (Chromium's Layout Instability API, buffered from the page's start):
+# when, how much, and which elements moved from where to where.
+_SHIFTS = """() => new Promise(resolve => {
+  const out = [];
+  new PerformanceObserver(list => { for (const e of list.getEntries()) out.push({t: Math.round(e.startTime),
+    value: e.value, moved: (e.sources || []).map(s => (s.node ? s.node.nodeName + '.' + (s.node.className || '') : '?')
+      + ` y ${Math.round(s.previousRect.y)}->${Math.round(s.currentRect.y)}`)}); })
+    .observe({type: 'layout-shift', buffered: true});
+  setTimeout(() => resolve(out), 300);
+})"""
+
+
 def prepare_download(page, expander: str, prepare, download, build_s: float = 90.0) -> None:
     """Open `expander`, click `prepare` once and wait for the `download` button it builds."""
     expand(page, expander, prepare)
     settled(page)
+    clicked_at, scrolled = page.evaluate("[performance.now(), window.scrollY]")
     prepare.click()
     try:
         download.wait_for(timeout=build_s * 1000)
-    except Exception:  # said with a picture of the page: the click once came to nothing (no rerun)
+    except Exception as exc:  # the click has twice come to nothing (no rerun): say what moved around it
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "prepare-download-timeout.png"), full_page=True)
-        raise
+        shifts = [s for s in page.evaluate(_SHIFTS) if s["t"] >= clicked_at - 2000]
+        raise AssertionError(f"no {download} {build_s:.0f} s after one click on {prepare} (made at "
+                             f"{clicked_at:.0f} ms, scrollY {scrolled} then {page.evaluate('window.scrollY')}); "
+                             f"layout shifts from 2 s before it: {shifts}") from exc
 
 
 def download_deck(page, path: Path) -> Path:
