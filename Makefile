@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export AAH_API_PORT ?= 8000
 export AAH_UI_PORT ?= 8501
 
-.PHONY: setup browser postgres slurm lint pytest test bench demo demo-model clean
+.PHONY: setup browser postgres slurm system-packages lint pytest test bench demo demo-model clean
 
 setup: $(STAMP)
 
@@ -28,28 +28,27 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PIP) install -q --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-*; touch $@
 
-# Debian's Chromium for the browser tests (never a browser download). Needs root; skipped otherwise.
+# Debian packages the tests use (never a browser download): Chromium for the browser tests, PostgreSQL's server
+# binaries (tests/postgres.py starts a throwaway server, never the packaged cluster), Slurm, slurmrestd and munge
+# (tests/clusters/ start their own daemons from a generated slurm.conf). Installing needs root; without them the
+# tests that need them are skipped. `make test` installs all that are missing in one apt-get, beside pip.
+HAVE_CHROMIUM := test -x /usr/bin/chromium
+HAVE_POSTGRES := ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
+HAVE_SLURM := command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v slurmrestd >/dev/null
+apt_install = if [ "$$(id -u)" != 0 ]; then echo "warning: not root, $(1) not installed; the tests that need them will be skipped"; \
+  else (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null) \
+    || echo "warning: could not install $(1); the tests that need them will be skipped"; fi
+
 browser:
-	@if [ ! -x /usr/bin/chromium ]; then \
-	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
-	    || echo "warning: could not install chromium; browser tests will be skipped"; \
-	  else echo "warning: not root, chromium not installed; browser tests will be skipped"; fi; fi
-
-# Debian's PostgreSQL server binaries for the PostgreSQL store tests (tests/postgres.py starts a
-# throwaway server from them; the tests never use the packaged cluster). Needs root; skipped otherwise.
+	@$(HAVE_CHROMIUM) || { $(call apt_install,chromium chromium-driver); }
 postgres:
-	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
-	    || echo "warning: could not install postgresql; PostgreSQL store tests will be skipped"; \
-	  else echo "warning: not root, postgresql not installed; PostgreSQL store tests will be skipped"; fi; fi
-
-# Debian's Slurm, slurmrestd and munge for the cluster-target tests (tests/clusters/ starts munged, slurmctld,
-# slurmd and slurmrestd from a generated slurm.conf; never the packaged services). Needs root; skipped otherwise.
+	@$(HAVE_POSTGRES) || { $(call apt_install,postgresql); }
 slurm:
-	@if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1 || ! command -v slurmrestd >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm slurmrestd munge >/dev/null) \
-	    || echo "warning: could not install slurm-wlm and munge; Slurm target tests will be skipped"; \
-	  else echo "warning: not root, slurm-wlm not installed; Slurm target tests will be skipped"; fi; fi
+	@$(HAVE_SLURM) || { $(call apt_install,slurm-wlm slurmrestd munge); }
+system-packages:
+	@missing=""; $(HAVE_CHROMIUM) || missing="$$missing chromium chromium-driver"; \
+	$(HAVE_POSTGRES) || missing="$$missing postgresql"; $(HAVE_SLURM) || missing="$$missing slurm-wlm slurmrestd munge"; \
+	if [ -n "$$missing" ]; then $(call apt_install,$$missing); fi
 
 # Lint first: ruff (pyflakes, pycodestyle, isort, bugbear, no print in library code), then mypy on the
 # engine, the client, tracking and the service (pyproject.toml says which rules and files); an error in
@@ -67,7 +66,11 @@ PYTEST_WORKERS ?= 2
 pytest: setup
 	$(PY) -m pytest -q -x -n $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
-test: setup browser postgres slurm lint
+# The apt packages download and unpack while pip installs and compiles (one waits on the network, the other
+# mostly on the CPU); lint and pytest follow.
+test:
+	$(MAKE) --no-print-directory -j2 setup system-packages
+	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory pytest
 
 bench: setup
