@@ -48,7 +48,8 @@ class Rotary(nn.Module):
         """cos + i sin [seq_len, D/2] as a complex tensor of real dtype `dtype` (float32 or float64)."""
         key = (self.cos.device, self.cos.dtype, dtype)
         if key not in self._tables:
-            self._tables[key] = torch.complex(self.cos.to(dtype), self.sin.to(dtype))
+            with torch.inference_mode(False):  # kept across calls: never an inference tensor (decoding runs in one)
+                self._tables[key] = torch.complex(self.cos.to(dtype), self.sin.to(dtype))
         return self._tables[key]
 
     def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:

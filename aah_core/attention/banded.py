@@ -79,6 +79,7 @@ def block_size(w: int, needs_grad: bool, device_type: str = "cpu") -> int:
 
 
 @functools.lru_cache(maxsize=64)
+@torch.inference_mode(False)  # cached across calls: never an inference tensor, which autograd could not save
 def band_mask(c: int, w: int, dtype: torch.dtype, device: torch.device, sinks: int = 0) -> torch.Tensor:
     """Additive mask of a block's keys: query r sees window columns r .. r+w-1 of its c+w-1 band keys.
 
