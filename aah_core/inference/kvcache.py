@@ -293,6 +293,8 @@ class LayerKVCache:
 
     def _slot(self, pos: int, windows: torch.Tensor | int) -> torch.Tensor | int:
         """Position pos's slot in rings of these windows: itself while a sink, else s + (pos - s) mod W."""
+        if not self.sinks:
+            return pos % windows
         return pos if pos < self.sinks else self.sinks + (pos - self.sinks) % windows
 
     def _visible(self, pos: int, held: torch.Tensor, reach: torch.Tensor, owner: torch.Tensor | bool) -> torch.Tensor:
