@@ -28,7 +28,10 @@ Observer = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
 
 
 class Rotary(nn.Module):
-    """Rotary position embedding (RoFormer): rotate channel pairs by position-dependent angles."""
+    """Rotary position embedding (RoFormer): rotate channel pairs by position-dependent angles.
+
+    A pair (x1, x2) at position p is the complex number x1 + i x2 times e^{i p f}: one complex multiply per
+    call (the tables' complex form is built once per device and dtype), whatever the layout of x."""
 
     cos: torch.Tensor
     sin: torch.Tensor
@@ -39,16 +42,26 @@ class Rotary(nn.Module):
         angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv_freq)  # (T, D/2)
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
+        self._tables: dict[tuple[torch.device, torch.dtype, torch.dtype], torch.Tensor] = {}
+
+    def table(self, dtype: torch.dtype) -> torch.Tensor:
+        """cos + i sin [seq_len, D/2] as a complex tensor of real dtype `dtype` (float32 or float64)."""
+        key = (self.cos.device, self.cos.dtype, dtype)
+        if key not in self._tables:
+            with torch.inference_mode(False):  # kept across calls: never an inference tensor (decoding runs in one)
+                self._tables[key] = torch.complex(self.cos.to(dtype), self.sin.to(dtype))
+        return self._tables[key]
 
     def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """x: [B, H, T, D] at positions start .. start+T-1 -> same shape, rotated (in float32 at
-        least, cast back to x's dtype: bf16 angles would be off by ~1e-2)."""
+        """x: [..., T, D] at positions start .. start+T-1 -> same shape, rotated (in float32 at least, cast
+        back to x's dtype: bf16 angles would be off by ~1e-2). A strided x (a view of the fused qkv
+        projection) is read in place; the result has x's layout."""
         T = x.shape[-2]
-        xf = x.to(torch.promote_types(x.dtype, torch.float32))
-        cos, sin = self.cos[start : start + T].to(xf.dtype), self.sin[start : start + T].to(xf.dtype)
-        x1, x2 = xf[..., 0::2], xf[..., 1::2]  # (B, H, T, D/2) each
-        rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, H, T, D/2, 2)
-        return rotated.flatten(-2).to(x.dtype)
+        xf = x.to(torch.promote_types(x.dtype, torch.float32)).unflatten(-1, (-1, 2))  # (..., T, D/2, 2)
+        if xf.storage_offset() % 2 or any(s % 2 for s in xf.stride()[:-1]):
+            xf = xf.contiguous()  # view_as_complex needs every stride but the last even
+        rotated = torch.view_as_complex(xf) * self.table(xf.dtype)[start : start + T]  # (..., T, D/2)
+        return torch.view_as_real(rotated).flatten(-2).to(x.dtype)
 
 
 class WindowedSelfAttention(nn.Module):
@@ -67,13 +80,16 @@ class WindowedSelfAttention(nn.Module):
         self.window_bias: Callable[[int], torch.Tensor] | None = None
 
     def heads(self, x: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x: [B, T, C] at positions start.. -> q, k, v each [B, H, T, D] (rotary applied to q and k)."""
+        """x: [B, T, C] at positions start.. -> q, k, v each [B, H, T, D] (rotary applied to q and k).
+
+        Views of the one fused projection (no copy); q and k are rotated together, in one call."""
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
-        if self.rotary is not None:
-            q, k = self.rotary(q, start), self.rotary(k, start)
-        return q, k, v
+        H = self.n_head
+        qkv = F.linear(x.reshape(B * T, C), self.qkv.weight).view(B, T, 3 * H, C // H).transpose(1, 2)  # (B, 3H, T, D)
+        if self.rotary is None:
+            return qkv[:, :H], qkv[:, H : 2 * H], qkv[:, 2 * H :]
+        q, k = self.rotary(qkv[:, : 2 * H], start).split(H, dim=1)
+        return q, k, qkv[:, 2 * H :]
 
     def forward(
         self, x: torch.Tensor, windows: tuple[int, ...], backend: str, cache: LayerCache | None = None,
@@ -122,6 +138,27 @@ class Block(nn.Module):
     ) -> torch.Tensor:
         x = x + self.attn(self.ln1(x), windows, backend, cache, sinks)
         return x + self.mlp(self.ln2(x))
+
+    def cached(self, x: torch.Tensor, cache: LayerCache) -> torch.Tensor:
+        """forward() through a KV cache, in eval mode (no dropout), with functional calls: a decode step is a
+        few dozen small operations per layer, and each module call's own overhead was about a third of them."""
+        B, T, C = x.shape
+        attn, mlp = self.attn, self.mlp
+        q, k, v = attn.heads(_norm(self.ln1, x), cache.start)
+        y = cache.attend(q, k, v)  # (B, H, T, D)
+        if attn.observer is not None:
+            attn.observer(attn.layer, q, k, v, y)
+        x = x + _linear(attn.proj, y.transpose(1, 2).reshape(B, T, C))
+        return x + _linear(mlp.proj, F.gelu(_linear(mlp.fc, _norm(self.ln2, x))))
+
+
+def _norm(ln: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
+
+
+def _linear(lin: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """lin(x) with x flattened to 2-D first (F.linear on a 3-D input costs a few µs more per call)."""
+    return F.linear(x.reshape(-1, x.shape[-1]), lin.weight, lin.bias).view(*x.shape[:-1], -1)
 
 
 class WindowedGPT(nn.Module):
@@ -233,8 +270,15 @@ class WindowedGPT(nn.Module):
         cached ones and attention goes through the cache, which was built for `plan` (and its sinks).
         `sinks`: sink tokens for this call instead of the model's own (None).
         """
+        layers = range(start, self.config.n_layer if end is None else end)
+        if cache is not None and not self.training:  # decoding (the cache knows its sinks): the lean path
+            for layer in layers:
+                if residuals is not None:
+                    residuals.append(x)
+                x = self.block(layer).cached(x, cache[layer])
+            return x
         windows = plan.tolist()
-        for layer in range(start, self.config.n_layer if end is None else end):
+        for layer in layers:
             if residuals is not None:
                 residuals.append(x)
             x = self.blocks[layer](x, tuple(windows[layer]), backend, None if cache is None else cache[layer], sinks)

@@ -96,6 +96,7 @@ def check_inputs(
 
 
 @functools.lru_cache(maxsize=64)
+@torch.inference_mode(False)  # cached across calls: never an inference tensor, which autograd could not save
 def block_mask(windows: tuple[int, ...], T: int, device: torch.device, sinks: int = 0) -> Any:
     """The BlockMask for one layer's windows (and the model's sink keys) at length T (broadcast over batch); cached."""
     from torch.nn.attention.flex_attention import BlockMask

@@ -112,6 +112,8 @@ class _Bucket:
     masked: bool  # a query head sees less than its kv head
     first: int = 0
     capacity: int = 0
+    keys: torch.Tensor | None = None  # (B, n, capacity, D) views of the flat buffers (set with them)
+    values: torch.Tensor | None = None
 
 
 def choose_decode(kv_windows: Sequence[int], group: int, batch: int, head_dim: int) -> str:
@@ -168,6 +170,8 @@ class LayerKVCache:
         self.k: torch.Tensor | None = None  # (B, slots, D)
         self.v: torch.Tensor | None = None
         self.held: torch.Tensor | None = None  # (slots,) the position each slot holds (EMPTY: none)
+        self._tracks_held = True  # settled with `decode`: only masks read `held` (flat, masked buckets, sinks)
+        self._bucket_heads = [b.n for b in self.buckets]
         self.start = 0  # positions seen
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -203,7 +207,9 @@ class LayerKVCache:
         held = torch.where(lay.ring < self.sinks, lay.ring, held)
         self.k = k[:, lay.head, held]  # (B, S, D)
         self.v = v[:, lay.head, held]
-        self.held = held
+        self._tracks_held = self.decode == "flat" or bool(self.sinks) or any(b.masked for b in self.buckets)
+        self.held = held if self._tracks_held else None
+        self._views(k.device)
         if self.group > 1:  # each query head reads its kv head
             k = k.repeat_interleave(self.group, dim=1)  # (B, H, T, D)
             v = v.repeat_interleave(self.group, dim=1)
@@ -221,11 +227,26 @@ class LayerKVCache:
             grown = self.k.new_zeros(B, lay.slots, D)
             grown[:, keep] = getattr(self, name)[:, source[keep]]
             setattr(self, name, grown)
-        assert self.held is not None
-        self.held = torch.where(keep, self.held[source.clamp(max=len(self.held) - 1)], EMPTY)
+        if self.held is not None:
+            self.held = torch.where(keep, self.held[source.clamp(max=len(self.held) - 1)], EMPTY)
+        self._views(self.k.device)
+
+    def _views(self, device: torch.device) -> None:
+        """Each bucket's [B, n_b, capacity, D] views of the flat buffers, and the step's index tensors on
+        `device`, made once per layout (a step then slices nothing while its rings are full)."""
+        assert self.k is not None and self.v is not None
+        B, _, D = self.k.shape
+        for b in self.buckets:
+            region = slice(b.first, b.first + b.n * b.capacity)
+            b.keys = self.k[:, region].view(B, b.n, b.capacity, D)
+            b.values = self.v[:, region].view(B, b.n, b.capacity, D)
+            b.q_windows = b.q_windows.to(device)
+        for name in ("_perm", "_inverse"):
+            if getattr(self, name) is not None:
+                setattr(self, name, getattr(self, name).to(device))
 
     def _step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
-        assert self.k is not None and self.v is not None and self.held is not None
+        assert self.k is not None and self.v is not None
         B, H, _, D = q.shape
         pos = self.start
         if pos == self.capacity and pos < self.max_window:
@@ -235,9 +256,11 @@ class LayerKVCache:
         slots = lay.offsets + self._slot(pos, lay.kv_windows)  # (n,): this position's slot in each head's ring
         self.k.index_copy_(1, slots, k[:, :, 0])
         self.v.index_copy_(1, slots, v[:, :, 0])
-        self.held.index_fill_(0, slots, pos)
+        if self.held is not None:
+            self.held.index_fill_(0, slots, pos)
         if self.decode == "buckets":
             return self._bucket_step(q, scale)
+        assert self.held is not None
         visible = self._visible(pos, self.held, lay.reach, lay.owner)  # (H, S): own kv head's slots
         out = F.scaled_dot_product_attention(q.view(B, 1, H, D), self.k.unsqueeze(1), self.v.unsqueeze(1),
                                              attn_mask=visible, scale=scale)  # the heads as one query block
@@ -245,32 +268,33 @@ class LayerKVCache:
 
     def _bucket_step(self, q: torch.Tensor, scale: float | None) -> torch.Tensor:
         """One SDPA call per kv window over that bucket's [B, n_b, capacity, D] view of the buffer."""
-        assert self.k is not None and self.v is not None and self.held is not None
         B, H, _, D = q.shape
-        pos, g = self.start, self.group
-        qg = q.view(B, self.n_kv_head, g, D)  # (B, n, g, D): query heads by kv head
+        pos = self.start
+        qg = q.view(B, self.n_kv_head, self.group, D)  # (B, n, g, D): query heads by kv head
         if self._perm is not None:
-            qg = qg.index_select(1, self._perm.to(q.device))  # kv heads in bucket order
-        outs, first_q = [], 0
-        for b in self.buckets:
-            region = slice(b.first, b.first + b.n * b.capacity)
+            qg = qg.index_select(1, self._perm)  # kv heads in bucket order
+        outs = []
+        for b, qb in zip(self.buckets, qg.split(self._bucket_heads, dim=1) if len(self.buckets) > 1 else (qg,)):
+            keys, values = b.keys, b.values
+            assert keys is not None and values is not None
             length = min(pos + 1, b.capacity)  # slots held: the ring's first `length`
-            keys = self.k[:, region].view(B, b.n, b.capacity, D)[:, :, :length]
-            values = self.v[:, region].view(B, b.n, b.capacity, D)[:, :, :length]
+            if length < b.capacity:
+                keys, values = keys[:, :, :length], values[:, :, :length]
             mask = None
             if b.masked or self.sinks:  # (n_b, g, length): inside each query head's own window, or a sink
-                held = self.held[region].view(b.n, b.capacity)[:, :length].unsqueeze(1)
-                mask = self._visible(pos, held, b.q_windows.to(q.device).unsqueeze(-1), True)
-            outs.append(F.scaled_dot_product_attention(qg[:, first_q : first_q + b.n], keys, values,
-                                                       attn_mask=mask, scale=scale))  # (B, n_b, g, D)
-            first_q += b.n
+                assert self.held is not None
+                held = self.held[b.first : b.first + b.n * b.capacity].view(b.n, b.capacity)[:, :length].unsqueeze(1)
+                mask = self._visible(pos, held, b.q_windows.unsqueeze(-1), True)
+            outs.append(F.scaled_dot_product_attention(qb, keys, values, attn_mask=mask, scale=scale))  # (B, n_b, g, D)
         out = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]  # (B, n, g, D) in bucket order
         if self._inverse is not None:
-            out = out.index_select(1, self._inverse.to(q.device))
+            out = out.index_select(1, self._inverse)
         return out.reshape(B, H, 1, D)
 
     def _slot(self, pos: int, windows: torch.Tensor | int) -> torch.Tensor | int:
         """Position pos's slot in rings of these windows: itself while a sink, else s + (pos - s) mod W."""
+        if not self.sinks:
+            return pos % windows
         return pos if pos < self.sinks else self.sinks + (pos - self.sinks) % windows
 
     def _visible(self, pos: int, held: torch.Tensor, reach: torch.Tensor, owner: torch.Tensor | bool) -> torch.Tensor:

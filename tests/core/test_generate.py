@@ -188,3 +188,21 @@ def test_a_model_with_sink_tokens_decodes_exactly_and_its_sinks_change_the_logit
         plain = WindowedGPT(ModelConfig(n_layer=2, n_head=4, d_model=32, seq_len=T, buckets=[3, 5, None])).eval()
         plain.load_state_dict(model.state_dict())  # the same weights without sinks see less at the last position
         assert not torch.allclose(plain(idx, plan=plan, backend="reference")[0][:, -1], ref)
+
+
+def test_decoding_in_inference_mode_leaves_no_cached_tensor_that_training_cannot_save():
+    """forward_cached runs in inference mode; the band masks and rotary tables it makes are cached for
+    later calls, so a training step on the same model afterwards must still backpropagate through them."""
+    from aah_core.attention import banded
+
+    banded.band_mask.cache_clear()
+    model = _model()
+    plan = torch.tensor(PLANS["all-windowed"])
+    idx = torch.randint(0, 256, (2, T), generator=torch.Generator().manual_seed(5))
+    generate(model, idx[:, :12], plan, max_new_tokens=3, backend="banded")  # prompt of 12: banded body blocks
+    model.train()
+    _, loss = model(idx, targets=idx, plan=plan, backend="banded")
+    assert loss is not None
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(bool(torch.isfinite(g).all()) for g in grads)
