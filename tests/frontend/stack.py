@@ -239,7 +239,7 @@ def expand(page, label: str, shows, timeout: float = 60.0) -> None:
 # on (capture phase) with the element it hit, the watched button's box and the scroll position of
 # Streamlit's scroller (stMain: the window itself never scrolls), and the layout shifts (Chromium's Layout
 # Instability API) with the elements that moved. The one lost deck click caught with such a log (1 of about
-# 180 deck clicks made in a loop, issue 23) was split: mousedown on the button's label, mouseup 4 ms later
+# 210 deck clicks made in a loop, issue 23) was split: mousedown on the button's label, mouseup 4 ms later
 # at the same point on stMainBlockContainer, so the browser fired no click on the button (no BackMsg went
 # out, no node holding the button was removed). What moved it in those 4 ms is what a next failure shows.
 _RECORD = """(name) => {
