@@ -71,6 +71,15 @@ def slide_figure_height(n_figures: int, n_lines: int) -> int:
     return max(180, (SCREEN_PX - SLIDE_CHROME_PX - LINE_PX * n_lines) // rows - 16)
 
 
+TABLE_ROW_PX = 35  # a slide table's rows, as Present passes them to st.dataframe (its default row height)
+
+
+def slide_table_height(rows: int, height: int) -> int | str:
+    """A slide table's height for st.dataframe: its own rows' ("content": no empty grid rows below a short
+    table), or the slide's `height` (scrolling inside) when its header, rows and border would not fit."""
+    return "content" if (rows + 1) * TABLE_ROW_PX + 3 <= height else height
+
+
 def html_document(title: str, sections: list[Section], *, slides: bool = False, source: str = "") -> str:
     """The whole export as one HTML string. plotly.js is embedded in the first figure only."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

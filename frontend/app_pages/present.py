@@ -43,8 +43,9 @@ def _show(fig: go.Figure, height: int, key: str) -> None:
     every cell as SVG: 60 runs x 20 columns took 3.5 s in Chromium, and tens of seconds on a loaded box."""
     if fig.data and all(isinstance(t, go.Table) for t in fig.data):
         t = fig.data[0]
-        st.dataframe(pd.DataFrame(list(zip(*t.cells.values)), columns=list(t.header.values)), hide_index=True,
-                     height=height, key=key)
+        df = pd.DataFrame(list(zip(*t.cells.values)), columns=list(t.header.values))
+        st.dataframe(df, hide_index=True, height=export.slide_table_height(len(df), height),
+                     row_height=export.TABLE_ROW_PX, key=key)
     else:
         components.show_figure(export.exportable(fig).update_layout(height=height), key)
 

@@ -50,3 +50,23 @@ def test_a_deck_is_one_slide_per_screen_with_arrow_keys():
     assert "var fwd = ['ArrowRight'" in doc and "slides[next].scrollIntoView()" in doc
     view = export.html_document("view", sections())  # a single view keeps its figures' own heights
     assert "<html class=deck>" not in view and "var fwd = " not in view and "class='figs'" not in view
+
+
+def test_a_slide_table_is_as_high_as_its_rows(fake_api, monkeypatch):
+    """Present's Runs slide: a one-row table is sized to its rows, not drawn at the slide's full height with
+    empty grid rows below it; a table longer than the slide keeps the slide's height and scrolls."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    drawn = []
+    dataframe = st.dataframe
+    monkeypatch.setattr(st, "dataframe", lambda data, **kw: drawn.append((len(data), kw)) or dataframe(data, **kw))
+    fake_api.create_view("one run", "runs", {"source": "paper"})
+    at = AppTest.from_file("../../frontend/app_pages/present.py", default_timeout=30).run()
+    assert not at.exception and [rows for rows, _ in drawn] == [1]
+    assert drawn[0][1]["height"] == "content" and drawn[0][1]["row_height"] == export.TABLE_ROW_PX
+    slide = export.slide_figure_height(1, 2)
+    assert export.slide_table_height(1, slide) == "content"
+    assert export.slide_table_height(200, slide) == slide
+    fits = (slide - 3) // export.TABLE_ROW_PX - 1  # the most rows whose header, rows and border fit
+    assert export.slide_table_height(fits, slide) == "content" and export.slide_table_height(fits + 1, slide) == slide
