@@ -69,7 +69,8 @@ def live(tmp_path_factory, tiny_demo):
             catalog.register_checkpoint(s, catalog.CheckpointEntry(
                 folder.name, folder.name, str(folder.relative_to(data)), None, None, None))
     engine.dispose()
-    env = {"AAH_CORPUS_DIRS": f"/usr:{binaries}", "AAH_DEMO_DIR": str(tiny_demo), "AAH_MAX_JOBS": "0"}
+    env = {"AAH_CORPUS_DIRS": f"/usr:{binaries}", "AAH_DEMO_DIR": str(tiny_demo), "AAH_MAX_JOBS": "0",
+           "AAH_SEED_SUITE": "false"}  # the shipped reproduction plays no part here
     with running_api(data, base / "api.log", env) as url:
         with httpx.Client(base_url=url + API, timeout=60) as client:
             yield client, binaries

@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -69,6 +69,27 @@ def aah(*args: str, env: dict[str, str] | None = None, stderr: Path | None = Non
     err = subprocess.PIPE if stderr is None else stderr.open("w")
     return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=full, stdout=out, stderr=err,
                             text=True)
+
+
+@pytest.fixture
+def aah_here(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[int, str, str]]:
+    """`aah sync` and `aah import` in this process (the installed command's main, with only ``env``'s AAH_
+    variables set, as `aah` above): returns (exit code, stdout, stderr). A process each would cost a torch
+    import (2-3 s of CPU); `aah train` stays a real process in every test, so the entry point is run too."""
+    from aah_launcher.cli import main
+
+    def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+        with monkeypatch.context() as patch:
+            for name in [name for name in os.environ if name.startswith("AAH_")]:
+                patch.delenv(name)
+            for name, value in (env or {}).items():
+                patch.setenv(name, value)
+            capsys.readouterr()
+            code = main(list(args))
+            out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
 
 
 def tiny_train_args(out: Path, steps: int, *extra: str) -> list[str]:

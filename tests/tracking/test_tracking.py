@@ -33,7 +33,7 @@ def _tracked_run(server: ApiServer, name: str) -> dict:
     return run
 
 
-def test_a_tracked_run_arrives_exactly(server, tmp_path):
+def test_a_tracked_run_arrives_exactly(server, tmp_path, aah_here):
     out = tmp_path / "exact"
     _, err = _finish(aah(*tiny_train_args(out, 12, "--tracking-uri", server.url, "--tracking-flush-s", "0.2",
                                           "--group", "g1", "--tag", "smoke"), env={"AAH_API_TOKEN": TOKEN}))
@@ -50,7 +50,8 @@ def test_a_tracked_run_arrives_exactly(server, tmp_path):
 
     # importing the tracked folder (issue 23: it made a duplicate run and model) registers nothing
     runs, models = server.get("/runs", limit=1000), server.get("/models")
-    stdout, _ = _finish(aah("import", str(out), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN}))
+    code, stdout, err = aah_here("import", str(out), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN})
+    assert code == 0, err
     assert "already tracked" in stdout and "nothing imported" in stdout
     assert server.get("/runs", limit=1000) == runs and server.get("/models") == models
 
@@ -100,7 +101,7 @@ def test_torchrun_reports_one_run(server, tmp_path):
     assert_run_matches(server, runs[0]["id"], out)
 
 
-def test_a_bad_token_spools_and_sync_sends_it_later(server, tmp_path):
+def test_a_bad_token_spools_and_sync_sends_it_later(server, tmp_path, aah_here):
     out = tmp_path / "refused"
     _, err = _finish(aah(*tiny_train_args(out, 6, "--tracking-uri", server.url, "--tracking-token", "wrong")))
     said = [line for line in err.splitlines() if line.startswith("aah tracking:")]
@@ -112,7 +113,8 @@ def test_a_bad_token_spools_and_sync_sends_it_later(server, tmp_path):
     saved = spool.read_text()
     for _ in range(2):  # the same spool replayed twice: everything stored once
         spool.write_text(saved)
-        sent, _ = _finish(aah("sync", str(out), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN}))
+        code, sent, err = aah_here("sync", str(out), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN})
+        assert code == 0, err
         assert sent.startswith("sent ") and not spool.exists()
     run = _tracked_run(server, "refused")
     assert run["status"] == "FINISHED"
@@ -120,12 +122,12 @@ def test_a_bad_token_spools_and_sync_sends_it_later(server, tmp_path):
     create = json.loads(saved.splitlines()[0])
     assert create["op"] == "create" and len(create["body"]["write_secret"]) >= 32  # the spool holds the secret
     spool.write_text(saved.replace(create["body"]["write_secret"], "x" * 43))  # a spool that lost its secret
-    _, err = aah("sync", str(out), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN}).communicate(timeout=300)
-    assert "403" in err and "write secret" in err and spool.exists(), err
+    code, _, err = aah_here("sync", str(out), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN})
+    assert code == 1 and "403" in err and "write secret" in err and spool.exists(), err
     assert_run_matches(server, run["id"], out)  # the run is as it was
 
 
-def test_sync_of_a_spool_written_before_write_secrets(server, offline, tmp_path):
+def test_sync_of_a_spool_written_before_write_secrets(server, offline, tmp_path, aah_here):
     """A spool of an older client has no secret in its create operation: its run is made now, with the secret
     the server answers; if its run exists already, sync says why it cannot write and keeps the spool."""
     ops, _ = folder_ops(offline, upload=False)
@@ -137,15 +139,15 @@ def test_sync_of_a_spool_written_before_write_secrets(server, offline, tmp_path)
     spool = tmp_path / "old.tracking.jsonl"
     text = "".join(json.dumps(op) + "\n" for op in ops)
     spool.write_text(text)
-    sent, _ = _finish(aah("sync", str(spool), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN}))
+    code, sent, err = aah_here("sync", str(spool), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN})
+    assert code == 0, err
     assert sent.startswith(f"sent {len(ops)} operations") and not spool.exists()
     run = server.get(f"/runs/{int(sent.split('(run ')[1].split(')')[0])}")
     assert (run["status"], run["checkpoint"]) == ("FINISHED", str(offline.resolve()))
     assert_run_matches(server, run["id"], offline)
     spool.write_text(text)  # the same old spool again: its run exists, and nothing here holds its secret
-    proc = aah("sync", str(spool), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN})
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 1 and "older aah" in err and spool.exists(), err
+    code, _, err = aah_here("sync", str(spool), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN})
+    assert code == 1 and "older aah" in err and spool.exists(), err
 
 
 @pytest.fixture(scope="module")
@@ -156,11 +158,12 @@ def offline(tmp_path_factory) -> Path:
     return out
 
 
-def test_import_is_idempotent(server, offline):
+def test_import_is_idempotent(server, offline, aah_here):
     out = offline
     answers = []
     for _ in range(2):
-        stdout, _ = _finish(aah("import", str(out), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN}))
+        code, stdout, err = aah_here("import", str(out), "--tracking-uri", server.url, env={"AAH_API_TOKEN": TOKEN})
+        assert code == 0, err
         answers.append(stdout)
     assert "new run" in answers[0] and "already there" in answers[1]
     (run,) = [r for r in server.get("/runs", source="imported", limit=1000) if r["name"] == "offline"]
@@ -170,7 +173,7 @@ def test_import_is_idempotent(server, offline):
     assert f"run-{run['id']}" in {m["id"] for m in server.get("/models")}
 
 
-def test_a_suite_folder_imports_as_one_experiment_with_a_group_per_row(server, offline, tmp_path):
+def test_a_suite_folder_imports_as_one_experiment_with_a_group_per_row(server, offline, tmp_path, aah_here):
     out = offline
     suite = tmp_path / "suite-paper"
     for folder in ("baseline-s0", "baseline-s1", "full_adaptive-s0"):  # the layout `aah suite` writes
@@ -180,7 +183,8 @@ def test_a_suite_folder_imports_as_one_experiment_with_a_group_per_row(server, o
             shutil.copy(out.with_name(f"offline.{kind}.jsonl"), suite / folder / f"ckpt.{kind}.jsonl")
     (suite / "suite.json").write_text(json.dumps({"suite": "paper", "scale": "tiny", "impl": "faithful"}))
     for _ in range(2):
-        _finish(aah("import", str(suite), "--no-upload", "--tracking-uri", server.url, "--tracking-token", TOKEN))
+        code, _, err = aah_here("import", str(suite), "--no-upload", "--tracking-uri", server.url, "--tracking-token", TOKEN)
+        assert code == 0, err
     runs = server.get("/runs", experiment="paper suite · tiny scale · suite-paper", limit=1000)
     assert sorted((r["group"], r["name"], r["source"]) for r in runs) == [
         ("baseline", "baseline · seed 0", "suite"), ("baseline", "baseline · seed 1", "suite"),
