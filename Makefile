@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export AAH_API_PORT ?= 8000
 export AAH_UI_PORT ?= 8501
 
-.PHONY: setup browser postgres slurm system-packages lint pytest test bench demo demo-model clean
+.PHONY: setup bytecode browser postgres slurm system-packages lint pytest test bench demo demo-model clean
 
 setup: $(STAMP)
 
@@ -20,14 +20,20 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip==24.3.1
 	# torch==2.13.0 is pinned: pip takes the local CPU wheel (never a CUDA build).
-	# Bytecode is compiled afterwards on every core (pip compiles on one): this environment may set
-	# PYTHONDONTWRITEBYTECODE, so without .pyc files every process would compile what it imports. A file
-	# that is not Python 3.11 (torch ships a 3.12-only test helper) fails to compile and is skipped, as pip does.
-	# The packages' own test suites (2,500 files under tests/ folders) are never imported, so they are skipped.
+	# pip compiles bytecode on one core; `bytecode` below does it on every core, beside lint.
 	$(PIP) install -q --no-compile -r requirements.txt -r requirements-dev.txt
-	$(PY) -m compileall -q -j 0 -x '/tests/' $$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))') >/dev/null || true
 	$(PIP) install -q --no-deps --no-build-isolation -e .
-	rm -f $(VENV)/.installed-*; touch $@
+	rm -f $(VENV)/.installed-* $(VENV)/.compiled-*; touch $@
+
+# This environment may set PYTHONDONTWRITEBYTECODE, so without .pyc files every process would compile what it
+# imports (`import torch` 3.3 s against 1.8 s). A file that is not Python 3.11 (torch ships a 3.12-only test
+# helper) fails to compile and is skipped, as pip does. The packages' own test suites (2,500 files under tests/
+# folders) are never imported, so they are skipped. `make test` runs this beside lint (mypy uses one core).
+COMPILED := $(subst .installed-,.compiled-,$(STAMP))
+bytecode: $(COMPILED)
+$(COMPILED): $(STAMP)
+	$(PY) -m compileall -q -j 0 -x '/tests/' $$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))') >/dev/null || true
+	touch $@
 
 # Debian packages the tests use (never a browser download): Chromium for the browser tests, PostgreSQL's server
 # binaries (tests/postgres.py starts a throwaway server, never the packaged cluster), Slurm, slurmrestd and munge
@@ -67,22 +73,22 @@ PYTEST_WORKERS ?= 2
 # pytest runs with bytecode writing allowed even where the environment sets PYTHONDONTWRITEBYTECODE: its
 # assertion rewriting of the plugins and test modules is then cached once, not redone by every worker and
 # nested pytest (about 8 s of CPU each).
-pytest: setup
+pytest: bytecode
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -x -n $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
-# The apt packages download and unpack while pip installs and compiles (one waits on the network, the other
-# mostly on the CPU); lint and pytest follow.
+# The apt packages download and unpack while pip installs (one waits on the network, the other mostly on the
+# CPU); then lint beside the bytecode compilation, then pytest.
 test:
 	$(MAKE) --no-print-directory -j2 setup system-packages
-	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory -j2 lint bytecode
 	$(MAKE) --no-print-directory pytest
 
-bench: setup
+bench: bytecode
 	$(PY) -m bench.run_all
 
 # Starts the API (127.0.0.1:$AAH_API_PORT) and the dashboard (127.0.0.1:$AAH_UI_PORT) on $AAH_DATA_DIR;
 # Ctrl-C stops both. Server logs go to $AAH_DATA_DIR/logs/.
-demo: setup
+demo: bytecode
 	$(VENV)/bin/aah serve
 
 # Retrains the shipped demo checkpoint from scratch (about 40-60 minutes on a 2-core CPU).
