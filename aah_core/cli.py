@@ -155,8 +155,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_suite(args: argparse.Namespace) -> int:
-    from aah_core.suite import run_suite, summarize
-    from aah_core.suite_pack import pack_suite
+    from aah_core.suite import machine, run_suite, summarize
+    from aah_core.suite_merge import add_to_pack, study_from_pack, write_report
+    from aah_core.suite_pack import pack_suite, read_pack
     from aah_core.suite_study import run_study, summarize_study
 
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
@@ -165,16 +166,28 @@ def cmd_suite(args: argparse.Namespace) -> int:
     command += f" --impl {args.impl}" * (args.impl != "faithful") + f" --rows {args.rows}" * bool(args.rows)
     command += f" --corpus {','.join(corpora)}" + " --lr-sweep" * args.lr_sweep
     command += f" --threads {args.threads}" * bool(args.threads)
+    if args.from_pack:  # the report of a shipped pack, training nothing
+        header, runs = read_pack(args.from_pack)
+        if args.doc:
+            write_report(args.doc, study_from_pack(header, runs))
+        print(f"wrote {args.doc}" if args.doc else "no --doc: nothing written")
+        return 0
     suite = {"impl": args.impl, "rows": rows, "overrides": {"train.threads": args.threads} if args.threads else None}
     log = lambda line: print(line, flush=True)  # noqa: E731
+    doc = None if args.add_to_pack else args.doc or None  # with --add-to-pack, the report is the merged pack's
     if len(corpora) > 1 or args.lr_sweep:
-        study = run_study(args.scale, args.seeds, args.out, corpora, args.lr_sweep, args.doc or None, log=log,
+        study = run_study(args.scale, args.seeds, args.out, corpora, args.lr_sweep, doc, log=log,
                           command=command, name=args.name, **suite)
         report, summary = study["corpora"][corpora[0]], {"study": summarize_study(study)}
     else:
-        report = run_suite(args.name, scale=args.scale, seeds=args.seeds, out=args.out, doc=args.doc or None,
+        report = run_suite(args.name, scale=args.scale, seeds=args.seeds, out=args.out, doc=doc,
                            log=log, command=command, corpus=corpora[0], **suite)
         summary = {}
+    if args.add_to_pack:
+        n, merged = add_to_pack(args.out, args.add_to_pack, list(report["rows"]), command, machine())
+        print(f"added {n} runs to {args.add_to_pack} ({Path(args.add_to_pack).stat().st_size / 1e6:.2f} MB)")
+        if args.doc:
+            write_report(args.doc, merged)
     print(f"wrote {args.doc}" if args.doc else f"results in {args.out}")
     if args.pack:
         n = pack_suite(args.out, args.pack, {**summarize(report), **summary}, rows=list(report["rows"]))
@@ -243,7 +256,11 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch threads per run (default: the scale's)")
     p.add_argument("--out", default="runs/suite-paper", help="run folder (finished runs are reused)")
     p.add_argument("--doc", default="docs/reproduction.md", help="markdown report to write ('' = none)")
-    p.add_argument("--pack", help="also write the runs' histories and plans to this .jsonl.gz (as data/suite/)")
+    packs = p.add_mutually_exclusive_group()
+    packs.add_argument("--pack", help="also write the runs' histories and plans to this .jsonl.gz (as data/suite/)")
+    packs.add_argument("--add-to-pack", metavar="PACK", help="merge the runs of --rows into this existing pack "
+                       "(refused if it holds one already or its settings differ) and write --doc from the merged pack")
+    packs.add_argument("--from-pack", metavar="PACK", help="train nothing: write --doc from this pack alone")
     p.set_defaults(func=cmd_suite)
     for add in extra:
         add(sub)

@@ -249,6 +249,9 @@ def _setup_lines(report: dict[str, Any]) -> list[str]:
         f"{len(runs)} runs, {sum(r['wall_s'] for r in runs) / 60:.0f} min of training wall time in total "
         f"({statistics.mean(r['wall_s'] for r in runs):.0f} s per run).",
         f"- Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} ({m['threads']} threads), Python {m['python']}.",
+        *(f"- Added to the pack later (aah_core/suite_merge.py), {a['date']}: {', '.join(a['rows'])}, {a['runs']} runs by "
+          f"`{a['command']}`, {a['wall_s'] / 60:.0f} min of training wall time on {_machine(a['machine'])}."
+          for a in report.get("additions", [])),
         f"- Model: {s['model.n_layer']} layers x {s['model.n_head']} heads x {s['model.d_model']}, "
         f"T={s['model.seq_len']}, buckets {buckets} (T/8, T/4, T/2, T as the paper's 512..4096 at T=4096).",
         f"- Data: the bundled {report.get('corpus', 'code')} corpus (byte tokens){_mix(s)}, batch "
@@ -268,6 +271,10 @@ def _setup_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"- {'; '.join(used)}: each matched to `full_adaptive`'s mean causal coverage "
                      "(aah_core/matching.py).")
     return lines
+
+
+def _machine(m: dict[str, Any]) -> str:
+    return f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')}, Python {m.get('python', '?')}"
 
 
 def _mix(settings: dict[str, Any]) -> str:

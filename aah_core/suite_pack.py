@@ -13,6 +13,7 @@ each at the tiny model size; the histories are what the dashboard shows).
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -58,30 +59,50 @@ def pack_suite(out: str | Path, dest: str | Path, summary: dict[str, Any] | None
                rows: Iterable[str] | None = None) -> int:
     """Write the finished runs of suite folder `out` (those of `rows` only, when given) and its suite.json
     header, when present, to `dest`; returns the number of runs packed."""
-    out, dest = Path(out), Path(dest)
+    out = Path(out)
     report = json.loads((out / "suite.json").read_text()) if (out / "suite.json").is_file() else {}
     header = {"kind": "suite", **{k: v for k, v in report.items() if k != "rows"}, "summary": summary or {}}
-    lines = [json.dumps(header, sort_keys=True)]
-    rows = None if rows is None else set(rows)
-    folders = sorted(p.parent for p in [*out.glob("*/result.json"), *out.glob("*/*/result.json")])
-    for folder in folders:
+    runs = folder_runs(out, rows)
+    write_pack(dest, header, runs)
+    return len(runs)
+
+
+def folder_runs(out: str | Path, rows: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """The pack lines ({"kind": "run", ...}) of the finished runs in suite folder `out` (of `rows` only, when
+    given), in folder order."""
+    out = Path(out)
+    wanted = None if rows is None else set(rows)
+    lines = []
+    for folder in sorted(p.parent for p in [*out.glob("*/result.json"), *out.glob("*/*/result.json")]):
         match = RUN_FOLDER.match(folder.name)
-        if match is None or rows is not None and match["row"] not in rows:
+        if match is None or wanted is not None and match["row"] not in wanted:
             continue
         ckpt = header_of(folder)
         corpus = ckpt.get("config", {}).get("data", {}).get("corpus", "default")
-        run = {"kind": "run", "row": match["row"], "seed": int(match["seed"]), "impl": match["impl"] or "faithful",
-               "corpus": CORPUS_NAMES.get(corpus, corpus), "lr_scale": float(match["lr"] or 1),
-               "config": ckpt.get("config", {}), "meta": ckpt.get("meta", {}),
-               "result": json.loads((folder / "result.json").read_text()),
-               "metrics": _jsonl(folder / "ckpt.metrics.jsonl"), "plans": _jsonl(folder / "ckpt.plans.jsonl")}
-        lines.append(json.dumps(run, sort_keys=True))
+        lines.append({"kind": "run", "row": match["row"], "seed": int(match["seed"]),
+                      "impl": match["impl"] or "faithful", "corpus": CORPUS_NAMES.get(corpus, corpus),
+                      "lr_scale": float(match["lr"] or 1), "config": ckpt.get("config", {}),
+                      "meta": ckpt.get("meta", {}), "result": json.loads((folder / "result.json").read_text()),
+                      "metrics": _jsonl(folder / "ckpt.metrics.jsonl"), "plans": _jsonl(folder / "ckpt.plans.jsonl")})
+    return lines
+
+
+def write_pack(dest: str | Path, header: dict[str, Any], runs: Iterable[dict[str, Any]]) -> None:
+    """Write `header` and the run lines to `dest`, deterministically (sorted keys, gzip mtime 0)."""
+    dest = Path(dest)
+    lines = [json.dumps(header, sort_keys=True), *(json.dumps(run, sort_keys=True) for run in runs)]
     dest.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=9, mtime=0) as f:
         f.write(("\n".join(lines) + "\n").encode())
-    dest.write_bytes(buffer.getvalue())
-    return len(lines) - 1
+    tmp = dest.with_name(dest.name + ".tmp")  # a reader never sees half a pack
+    tmp.write_bytes(buffer.getvalue())
+    tmp.replace(dest)
+
+
+def run_line(run: PackedRun) -> dict[str, Any]:
+    """A packed run as the line it was read from."""
+    return {"kind": "run", **dataclasses.asdict(run)}
 
 
 def read_pack(path: str | Path) -> tuple[dict[str, Any], Iterator[PackedRun]]:
