@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from aah_core.suite import LR_SCALES, paired, run_suite, summarize
+from aah_core.paper import PAPER_ROWS
+from aah_core.suite import LR_SCALES, MATCHED_ROWS, paired, run_suite, summarize
 from aah_core.suite_pack import pack_suite, read_pack
 from aah_core.suite_study import run_study, summarize_study
 from backend.app import create_app
@@ -23,6 +24,7 @@ from tests.core.test_suite import SMOKE
 
 API = "/api/v1"
 ROWS = ["baseline", "full_adaptive"]
+SUITE_ROWS = (*PAPER_ROWS, *MATCHED_ROWS)
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +162,7 @@ def test_a_fresh_data_dir_lists_the_shipped_reproduction(tmp_path):
         runs = _suite_runs(c)
         assert len(runs) == len(packed)
         for corpus, rows in study["corpora"].items():  # every row of every corpus, 3 seeds, the suite's own means
-            assert {"baseline", "full_adaptive", "fixed_window", "sink_window", "local_global"} <= set(rows)
+            assert set(rows) == set(SUITE_ROWS)  # the paper's five rows (Table 1) and the four matched controls
             groups = c.get(f"{API}/runs/groups", params={"source": "suite", "keys": "val_loss,retrieval_mean",
                                                          "experiment": experiment_name(header, corpus)}).json()
             assert {g["group"] for g in groups} == set(rows)

@@ -13,13 +13,13 @@ from tests.frontend.test_pages import page, url
 
 CODE, ENGLISH, LR = "paper suite · mini scale", "paper suite · mini scale · english", "paper suite · mini scale · lr sensitivity"
 MODES = {"baseline": "static", "full_adaptive": "aah", "fixed_window": "static", "sink_window": "static",
-         "local_global": "static", "learned_budget": "learned"}
+         "local_global": "static", "learned_budget": "learned", "shallow_freeze": "aah", "deep_practical_reuse": "aah"}
 DISTANCES = (16, 32, 64, 96, 120)
 # per corpus: each row's text loss at seed 0 (seed s adds 0.01 s times the row's index: paired deltas vary)
 LOSS = {"code": {"baseline": 2.00, "full_adaptive": 2.02, "fixed_window": 2.015, "sink_window": 2.03,
-                 "local_global": 2.04, "learned_budget": 1.99},
+                 "local_global": 2.04, "learned_budget": 1.99, "shallow_freeze": 2.005, "deep_practical_reuse": 2.025},
         "english": {"baseline": 2.30, "full_adaptive": 2.28, "fixed_window": 2.31, "sink_window": 2.33,
-                    "local_global": 2.34, "learned_budget": 2.27}}
+                    "local_global": 2.34, "learned_budget": 2.27, "shallow_freeze": 2.32, "deep_practical_reuse": 2.29}}
 
 
 def _retrieval(row: str, seed: int) -> dict[str, float]:
@@ -66,7 +66,8 @@ def test_reproduction_view_draws_the_study_on_each_corpus(fake_api):
     # retrieval by distance: one line per row, mean ± std over the three seeds, and chance
     fig = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("compare._retrieval")).proto.spec)
     lines = {t["name"].split(" (n=")[0]: t for t in fig["data"] if not t["name"].startswith("chance")}
-    assert list(lines) == ["baseline", "full_adaptive", "fixed_window", "learned_budget", "local_global", "sink_window"]
+    assert list(lines) == ["baseline", "full_adaptive", "shallow_freeze", "deep_practical_reuse", "fixed_window",
+                           "learned_budget", "local_global", "sink_window"]  # the paper's rows first, in its order
     for row, trace in lines.items():
         per_seed = [_retrieval(row, s) for s in range(3)]
         assert trace["x"] == list(DISTANCES)
@@ -76,7 +77,7 @@ def test_reproduction_view_draws_the_study_on_each_corpus(fake_api):
     assert next(t for t in fig["data"] if t["name"].startswith("chance"))["y"] == [1 / 62, 1 / 62]
     # the adaptive rows against each matched baseline: paired by seed, the engine's interval, a plain verdict
     table = _frame(at, "against")
-    assert sorted(set(table["row"])) == ["full_adaptive", "learned_budget"]
+    assert list(dict.fromkeys(table["row"])) == ["full_adaptive", "shallow_freeze", "deep_practical_reuse", "learned_budget"]
     assert list(table[table["row"] == "full_adaptive"]["against"]) == ["fixed_window", "sink_window", "local_global"]
     for _, line in table.iterrows():
         i, j = list(MODES).index(line["row"]), list(MODES).index(line["against"])
