@@ -105,16 +105,31 @@ def verdict(d: Mapping[str, Any] | None, digits: int) -> str:
     return f"{d['mean']:+.{digits}f} ± {d['ci95']:.{digits}f} (n={d['n']}) · {word}"
 
 
+def mean_coverage(runs: Sequence[Mapping[str, Any]], key: str = "causal_coverage") -> dict[str, float]:
+    """Per group: the mean of its runs' final `key` (groups without it left out)."""
+    by: dict[str, list[float]] = {}
+    for r in runs:
+        value = (r.get("summary") or {}).get(key)
+        if r.get("group") and isinstance(value, (int, float)):
+            by.setdefault(str(r["group"]), []).append(float(value))
+    return {group: sum(values) / len(values) for group, values in by.items()}
+
+
 def matched_table(paired: Mapping[str, Sequence[Mapping[str, Any]]], rows: Sequence[str], loss: str,
-                  retrieval: str = "retrieval_mean") -> list[dict[str, str]]:
-    """One line per (adaptive row, matched baseline): Δloss and Δretrieval with their intervals.
-    `paired`: baseline -> the API's paired differences against it."""
+                  retrieval: str = "retrieval_mean", coverage: Mapping[str, float] | None = None
+                  ) -> list[dict[str, str]]:
+    """One line per (adaptive row, matched baseline): the two rows' mean causal coverage (a baseline is matched
+    to full_adaptive's; another adaptive row ends where its controller put it), Δloss and Δretrieval with their
+    intervals. `paired`: baseline -> the API's paired differences against it."""
     out = []
+    cov = coverage or {}
     for base, diffs in paired.items():
         by = {(d["group"], d["key"]): d for d in diffs}
         for row in rows:
             if (row, loss) in by or (row, retrieval) in by:
-                out.append({"row": row, "against": base, f"Δ{loss}": verdict(by.get((row, loss)), 4),
+                shown = f"{cov[row]:.3f} / {cov[base]:.3f}" if row in cov and base in cov else "–"
+                out.append({"row": row, "against": base, "causal_coverage": shown,
+                            f"Δ{loss}": verdict(by.get((row, loss)), 4),
                             f"Δ{retrieval}": verdict(by.get((row, retrieval)), 3)})
     order = row_order(rows)
     return sorted(out, key=lambda r: (order.index(r["row"]), MATCHED_BASELINES.index(r["against"])

@@ -29,7 +29,9 @@ def study_panel(page: str, experiment: str, corpora: dict[str, str]) -> None:
         st.caption(f"Each adaptive row against {', '.join(m['bases'])}: the difference of {m['loss']} and of "
                    "retrieval_mean (mean accuracy over the distances), paired by seed, mean ± the 95% t half-interval "
                    "over seeds. Negative Δloss and positive Δretrieval favour the row; “no difference resolved”: the "
-                   "interval contains 0, these seeds cannot tell the two apart.")
+                   "interval contains 0, these seeds cannot tell the two apart. The baselines are matched to "
+                   "full_adaptive's mean causal coverage; every other adaptive row ends where its controller put it "
+                   "(causal_coverage: the row's / the baseline's, mean over seeds).")
         st.dataframe(pd.DataFrame(m["table"]), hide_index=True)
     else:
         components.placeholder("This suite has no matched-coverage baseline row (fixed_window, sink_window, "

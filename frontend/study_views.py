@@ -53,7 +53,8 @@ def matched(experiment: str, runs: list[dict]) -> dict[str, Any]:
     present = {r.get("group") for r in mine}
     paired = {base: api.call("group_paired", experiment, base, [loss, "retrieval_mean"])
               for base in study.MATCHED_BASELINES if base in present}
-    return {"loss": loss, "bases": list(paired), "table": study.matched_table(paired, study.adaptive_groups(mine), loss)}
+    table = study.matched_table(paired, study.adaptive_groups(mine), loss, coverage=study.mean_coverage(mine))
+    return {"loss": loss, "bases": list(paired), "table": table}
 
 
 def corpora(experiments: dict[str, str], runs: list[dict]) -> dict[str, Any]:

@@ -15,6 +15,10 @@ CODE, ENGLISH, LR = "paper suite · mini scale", "paper suite · mini scale · e
 MODES = {"baseline": "static", "full_adaptive": "aah", "fixed_window": "static", "sink_window": "static",
          "local_global": "static", "learned_budget": "learned", "shallow_freeze": "aah", "deep_practical_reuse": "aah"}
 DISTANCES = (16, 32, 64, 96, 120)
+# each row's final causal coverage at seed 0 (seed s adds 0.02 s for the adaptive rows): the baselines are matched
+# to full_adaptive's, the other adaptive rows end elsewhere
+COVERAGE = {"baseline": 1.0, "full_adaptive": 0.43, "fixed_window": 0.436, "sink_window": 0.436, "local_global": 0.435,
+            "learned_budget": 0.27, "shallow_freeze": 0.6, "deep_practical_reuse": 0.52}
 # per corpus: each row's text loss at seed 0 (seed s adds 0.01 s times the row's index: paired deltas vary)
 LOSS = {"code": {"baseline": 2.00, "full_adaptive": 2.02, "fixed_window": 2.015, "sink_window": 2.03,
                  "local_global": 2.04, "learned_budget": 1.99, "shallow_freeze": 2.005, "deep_practical_reuse": 2.025},
@@ -40,6 +44,7 @@ def _study(fake) -> None:
                                  "suite.lr_scale": "1"}, 0.0, 0.4, experiment=experiment, source="suite",
                                 group=row, seed=seed)
                 run["summary"] = {"val_text_loss": LOSS[corpus][row] + 0.01 * seed * i, "val_loss": 3.0,
+                                  "causal_coverage": COVERAGE[row] + 0.02 * seed * (mode != "static"),
                                   **_retrieval(row, seed)}
                 fake.runs_store.append(run)
     for scale, shift in ((0.5, {"baseline": 0.10, "full_adaptive": 0.05, "fixed_window": 0.10}),
@@ -85,6 +90,9 @@ def test_reproduction_view_draws_the_study_on_each_corpus(fake_api):
                     for s in range(3)])
         expected = study.verdict({**d, "n": 3, "resolved": not d["within_noise"]}, 4)
         assert line["Δval_text_loss"] == expected
+        cov = [statistics.fmean(COVERAGE[r] + 0.02 * s * (MODES[r] != "static") for s in range(3))
+               for r in (line["row"], line["against"])]
+        assert line["causal_coverage"] == f"{cov[0]:.3f} / {cov[1]:.3f}"  # unequal for all but full_adaptive
         assert ("no difference resolved" in expected) == d["within_noise"]
     # the corpora's rankings and the pairs that swap between them
     ranks = _frame(at, "corpus")
