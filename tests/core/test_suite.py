@@ -4,7 +4,7 @@ import json
 
 from aah_core.cli import main
 from aah_core.paper import ROWS
-from aah_core.suite import matched_overrides, run_config, run_suite, summarize
+from aah_core.suite import bucket_shares, matched_overrides, run_config, run_suite, summarize
 
 SMOKE = {"model.n_layer": 2, "model.d_model": 32, "model.seq_len": 32, "model.buckets": [4, 8, 16, None],
          "train.batch_size": 2, "train.max_steps": 3, "train.eval_every": 3, "train.eval_batches": 1,
@@ -34,6 +34,13 @@ def test_suite_runs_rows_over_seeds_and_writes_the_report(tmp_path):
     again = []
     run_suite(seeds=2, out=tmp_path / "runs", doc=None, overrides=SMOKE, rows=["baseline"], log=again.append)
     assert not any("..." in line for line in again) and any("..." in line for line in lines)
+
+
+def test_window_shares_count_the_heads_between_buckets():
+    # a sink_window or local_global row's windows (28, 17) are no bucket: their heads are "other", never dropped
+    assert bucket_shares({"16": 0.0, "32": 0.0, "64": 0.0, "full": 0.25, "17": 0.75}, ["16", "32", "64", "full"]) \
+        == [0.0, 0.0, 0.0, 0.25, 0.75]
+    assert bucket_shares({"16": 0.5, "32": 0.5}, ["16", "32", "64", "full"]) == [0.5, 0.5, 0.0, 0.0, 0.0]
 
 
 def test_cli_refuses_a_bad_seed_count(capsys):
