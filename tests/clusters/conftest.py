@@ -1,5 +1,7 @@
-"""Fixtures of the cluster-target tests: one real engine per kind for the session (tests/clusters/engines.py),
-and an API server (real uvicorn, with an API token) pointed at it, whose jobs report back over HTTP."""
+"""Fixtures of the cluster-target tests: one real engine per kind for the tests of this folder, stopped when
+they end (tests/clusters/engines.py; an idle Ray head takes about 4 % of a core, which a session-wide one
+took from every later test of its xdist worker), and an API server (real uvicorn, with an API token) pointed
+at it, whose jobs report back over HTTP."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_head() -> Iterator[RayHead]:
     missing = ray_missing()
     if missing:
@@ -40,7 +42,7 @@ def ray_head() -> Iterator[RayHead]:
     head.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def slurm() -> Iterator[SlurmCluster]:
     missing = slurm_missing()
     if missing:
@@ -51,7 +53,7 @@ def slurm() -> Iterator[SlurmCluster]:
 
 
 def engine_env(request: pytest.FixtureRequest, engine: str) -> dict[str, str]:
-    """The server's settings for the engine (starting the engine, once per session)."""
+    """The server's settings for the engine (starting the engine, once for this folder's tests)."""
     if engine == "ray":
         return {"AAH_RAY_ADDRESS": request.getfixturevalue("ray_head").address}
     cluster = request.getfixturevalue("slurm")

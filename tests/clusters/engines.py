@@ -1,5 +1,6 @@
 """Real cluster engines for the cluster-target tests: a one-node Ray head and a one-node Slurm, both on
-loopback, each in a temp directory of its own, started once per test session and always stopped.
+loopback, each in a temp directory of its own, started once for the tests of tests/clusters/ and always
+stopped when they end.
 
 Ray comes from the pinned `ray[default]` (requirements-dev.txt); Slurm from Debian's `slurm-wlm` and
 `munge` (`make slurm` installs them as root). ``ray_missing()`` / ``slurm_missing()`` say why an engine
