@@ -1,7 +1,7 @@
-"""Fixtures of the cluster-target tests: one real engine per kind for the tests of this folder, stopped when
-they end (tests/clusters/engines.py; an idle Ray head takes about 4 % of a core, which a session-wide one
-took from every later test of its xdist worker), and an API server (real uvicorn, with an API token) pointed
-at it, whose jobs report back over HTTP."""
+"""Fixtures of the cluster-target tests: one real engine per kind, stopped when its tests end
+(tests/clusters/engines.py; an idle Ray head takes about 5 % of a core, which a session-wide one took from
+every later test of its xdist worker), and an API server (real uvicorn, with an API token) pointed at it,
+whose jobs report back over HTTP."""
 
 from __future__ import annotations
 
@@ -32,8 +32,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
 
 
-@pytest.fixture(scope="package")
-def ray_head() -> Iterator[RayHead]:
+@pytest.fixture(scope="module")
+def ray_head(engine: str) -> Iterator[RayHead]:
+    """The Ray head of the module's Ray tests. It depends on the engine parameter, so pytest stops it when the
+    parameter moves on to Slurm."""
     missing = ray_missing()
     if missing:
         pytest.skip(f"Ray tests skipped: {missing}")
@@ -44,6 +46,7 @@ def ray_head() -> Iterator[RayHead]:
 
 @pytest.fixture(scope="package")
 def slurm() -> Iterator[SlurmCluster]:
+    """The Slurm of this folder's tests (test_cluster_jobs.py and test_slurmrestd.py)."""
     missing = slurm_missing()
     if missing:
         pytest.skip(f"Slurm tests skipped: {missing}")
@@ -53,7 +56,7 @@ def slurm() -> Iterator[SlurmCluster]:
 
 
 def engine_env(request: pytest.FixtureRequest, engine: str) -> dict[str, str]:
-    """The server's settings for the engine (starting the engine, once for this folder's tests)."""
+    """The server's settings for the engine (starting the engine if it is not running yet)."""
     if engine == "ray":
         return {"AAH_RAY_ADDRESS": request.getfixturevalue("ray_head").address}
     cluster = request.getfixturevalue("slurm")

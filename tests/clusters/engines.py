@@ -1,6 +1,6 @@
 """Real cluster engines for the cluster-target tests: a one-node Ray head and a one-node Slurm, both on
-loopback, each in a temp directory of its own, started once for the tests of tests/clusters/ and always
-stopped when they end.
+loopback, each in a temp directory of its own, started once for the tests that use it and always stopped
+when they end (conftest.py).
 
 Ray comes from the pinned `ray[default]` (requirements-dev.txt); Slurm from Debian's `slurm-wlm` and
 `munge` (`make slurm` installs them as root). ``ray_missing()`` / ``slurm_missing()`` say why an engine
