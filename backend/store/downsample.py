@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from sqlalchemy import ColumnElement, Connection, Row, TextClause, or_, select, text
+from sqlalchemy import ColumnElement, Connection, Row, TextClause, bindparam, or_, select, text
 from sqlalchemy.orm import Session
 
 from backend.schemas.runs import MIN_POINTS, MetricSeries, NonFinite
@@ -106,29 +106,40 @@ def read_downsampled(s: Session, run_id: int, max_points: int, keys: Sequence[st
     out: dict[str, MetricSeries] = {}
     reduced: list[str] = []
     for key in wanted:
-        where = _range(run_id, key, min_step, max_step)
         rows = None
         if min_step is None and max_step is None and counts[key] <= max_points:  # a short series, whole
-            rows = conn.execute(select(*_POINT).where(*where).order_by(Metric.step).limit(max_points + 1)).all()
+            rows = conn.execute(select(*_POINT).where(*_range(run_id, key, min_step, max_step))
+                                .order_by(Metric.step).limit(max_points + 1)).all()
         if rows is None or len(rows) > max_points:  # (LIMIT: on PostgreSQL the count read above may be stale)
-            points, nonfinite, was_reduced = _read_range(conn, where, run_id, key, min_step, max_step, max_points)
+            points, nonfinite, was_reduced = _read_range(conn, run_id, key, min_step, max_step, max_points)
             if was_reduced:
                 reduced.append(key)
         else:
             points = [_point(row) for row in rows]
             nonfinite = nonfinite_of(points, max_points)
         if points:
-            out[key] = MetricSeries(step=[p[0] for p in points], value=[p[1] for p in points],
-                                    timestamp=[p[2] for p in points], nonfinite=nonfinite)
+            out[key] = series_of(points, nonfinite)
     return out, reduced
 
 
+def series_of(points: Sequence[Point], nonfinite: NonFinite) -> MetricSeries:
+    """A series from stored points, not validated again: the store's columns are its schema's types
+    (integer steps, float values and timestamps, a non-finite value as its kind), and validating
+    thousands of numbers cost more than the read (tests/backend/test_downsample.py checks the two agree)."""
+    step, value, timestamp = map(list, zip(*points)) if points else ([], [], [])
+    return MetricSeries.model_construct(step=step, value=value, timestamp=timestamp, nonfinite=nonfinite)
+
+
+_ROW_COUNTS = text("SELECT key, n_rows FROM latest_metrics WHERE run_id = :run AND key IN :keys").bindparams(
+    bindparam("keys", expanding=True))
+
+
 def _row_counts(s: Session, run_id: int, keys: Sequence[str] | None) -> dict[str, int]:
-    query = select(LatestMetric.key, LatestMetric.n_rows).where(LatestMetric.run_id == run_id)
     if keys is None:
+        query = select(LatestMetric.key, LatestMetric.n_rows).where(LatestMetric.run_id == run_id)
         return dict(s.execute(query.order_by(LatestMetric.key)).tuples().all())
     return {k: n for chunk in batched(list(dict.fromkeys(keys)))
-            for k, n in s.execute(query.where(LatestMetric.key.in_(chunk))).tuples()}
+            for k, n in s.execute(_ROW_COUNTS, {"run": run_id, "keys": chunk}).tuples()}
 
 
 # step, value and kind (NULL when finite), timestamp
@@ -190,12 +201,13 @@ def cover(first: int, last: int, top: int | None) -> tuple[list[tuple[int, int]]
     return steps, buckets
 
 
-def _read_range(conn: Connection, where: list[ColumnElement[bool]], run_id: int, key: str, min_step: int | None,
-                max_step: int | None, max_points: int) -> tuple[list[Point], NonFinite, bool]:
-    """The rows of the range ``where`` (``min_step..max_step``) by step, whole when they are at most
-    ``max_points``, else reduced (then True); and its non-finite rows."""
+def _read_range(conn: Connection, run_id: int, key: str, min_step: int | None, max_step: int | None,
+                max_points: int) -> tuple[list[Point], NonFinite, bool]:
+    """The rows of ``key`` in ``min_step..max_step`` by step, whole when they are at most ``max_points``,
+    else reduced (then True); and its non-finite rows."""
     bounds = {"run": run_id, "key": key, "lo": _ALL_STEPS[0] if min_step is None else min_step,
               "hi": _ALL_STEPS[1] if max_step is None else max_step}
+    where = _range(run_id, key, min_step, max_step)
     first = conn.scalar(_FIRST, bounds)
     if first is None:
         return [], NonFinite(step=[], kind=[], total=0), False
@@ -219,40 +231,60 @@ def _read_range(conn: Connection, where: list[ColumnElement[bool]], run_id: int,
     finally:
         result.close()
     if cut.level is None and len(cells) <= max_points:  # the range's own rows (cut step by step), all of them
-        chosen: dict[int, Point] = {cell[1]: (cell[1], cell[2], cell[3]) for cell in cells}
-        _name_kinds(conn, where, chosen)
-        points = [chosen[step] for step in sorted(chosen)]
+        points = sorted((cell[1], cell[2], cell[3]) for cell in cells)
+        _name_kinds(conn, where, points)
         return points, nonfinite_of(points, max_points), False
     lo, hi, flagged = merge_cells(cells)
-    chosen = {p[1]: (p[1], p[0], p[2]) for p in (*lo.values(), *hi.values())}
-    chosen[last_row[0]] = last_row
+    points = extremes(lo, hi, last_row)
     ranges = [(max(a, first), min(b, last_row[0])) for a, b in map(cut.steps, sorted(flagged))]
     nonfinite = _search_nonfinite(conn, where, ranges, sum(flagged.values()), max_points)
-    _name_kinds(conn, where, chosen)
-    return [chosen[step] for step in sorted(chosen)], nonfinite, True
+    _name_kinds(conn, where, points)
+    return points, nonfinite, True
 
 
-Extreme = tuple[float | None, int, float]  # value (None: no finite one), step, timestamp
+def extremes(lo: dict[int, Point], hi: dict[int, Point], last: Point) -> list[Point]:
+    """The points of ``merge_cells``' minima and maxima, by step, ending with the range's ``last`` row:
+    per bucket (buckets are runs of steps, so in bucket order) its minimum and maximum by step, one point
+    when they are the same row or when the bucket has no finite value (its first row, value None)."""
+    points: list[Point] = []
+    add = points.append
+    for bucket in sorted(lo):
+        low = lo[bucket]
+        high = hi.get(bucket)
+        if high is None or high[0] == low[0]:
+            add(low)
+        elif high[0] < low[0]:
+            add(high)
+            add(low)
+        else:
+            add(low)
+            add(high)
+    if points and points[-1][0] == last[0]:
+        points[-1] = last
+    else:
+        points.append(last)
+    return points
 
 
-def merge_cells(cells: Sequence[tuple]) -> tuple[dict[int, Extreme], dict[int, Extreme], dict[int, int]]:
+def merge_cells(cells: Sequence[tuple]) -> tuple[dict[int, Point], dict[int, Point], dict[int, int]]:
     """Per bucket, from its cells (bucket, *minimum, *maximum, non-finite rows; each extreme as step,
     value, timestamp, the minimum's being the cell's first row when it has no finite value): the
     minimum (or the first row, value None, when no cell has a finite value), the maximum (buckets
-    with a finite value only) and the non-finite rows (buckets that have some). Ties: the smaller
-    step, as in backend/rollups.py. One loop, no call per cell: it runs over thousands a read."""
-    lo: dict[int, Extreme] = {}
-    hi: dict[int, Extreme] = {}
+    with a finite value only), each as a point, and the non-finite rows (buckets that have some).
+    Ties: the smaller step, as in backend/rollups.py. One loop, no call per cell: it runs over
+    thousands a read."""
+    lo: dict[int, Point] = {}
+    hi: dict[int, Point] = {}
     nonfinite: dict[int, int] = {}
     for bucket, lo_step, lo_value, lo_ts, hi_step, hi_value, hi_ts, n in cells:
         best = lo.get(bucket)
-        if best is None or (best[0] is None and (lo_value is not None or lo_step < best[1])) or (
-                lo_value is not None and (lo_value < best[0] or lo_value == best[0] and lo_step < best[1])):
-            lo[bucket] = (lo_value, lo_step, lo_ts)
+        if best is None or (best[1] is None and (lo_value is not None or lo_step < best[0])) or (
+                lo_value is not None and (lo_value < best[1] or lo_value == best[1] and lo_step < best[0])):
+            lo[bucket] = (lo_step, lo_value, lo_ts)
         if hi_value is not None:
             best = hi.get(bucket)
-            if best is None or hi_value > best[0] or hi_value == best[0] and hi_step < best[1]:
-                hi[bucket] = (hi_value, hi_step, hi_ts)
+            if best is None or hi_value > best[1] or hi_value == best[1] and hi_step < best[0]:
+                hi[bucket] = (hi_step, hi_value, hi_ts)
         if n:
             nonfinite[bucket] = nonfinite.get(bucket, 0) + n
     return lo, hi, nonfinite
@@ -299,10 +331,10 @@ def _search_nonfinite(conn: Connection, where: list[ColumnElement[bool]], ranges
     return NonFinite(step=[f[0] for f in found], kind=[f[1] for f in found], total=total)
 
 
-def _name_kinds(conn: Connection, where: list[ColumnElement[bool]], chosen: dict[int, Point]) -> None:
-    """The kind of each chosen non-finite row (a bucket with no finite value is shown by its first row,
-    whose value the rollups do not keep)."""
-    unnamed = [step for step, (_, value, _) in chosen.items() if value is None]
-    for chunk in batched(unnamed):
+def _name_kinds(conn: Connection, where: list[ColumnElement[bool]], points: list[Point]) -> None:
+    """The kind of each non-finite point read from the rollups, in place (a bucket with no finite value
+    is shown by its first row, whose value the rollups do not keep)."""
+    unnamed = {step: i for i, (step, value, _) in enumerate(points) if value is None}
+    for chunk in batched(list(unnamed)):
         for step, special in conn.execute(select(Metric.step, Metric.special).where(*where, Metric.step.in_(chunk))):
-            chosen[step] = (step, special, chosen[step][2])
+            points[unnamed[step]] = (step, special, points[unnamed[step]][2])

@@ -153,6 +153,8 @@ class MetricRollup(Base):
     Written with the metric rows, so, like them, without a foreign key (see Metric)."""
 
     __tablename__ = "metric_rollups"
+    # SQLite: rows in key order, so a zoom's rollup rows of one series and level sit on adjacent pages
+    __table_args__ = {"sqlite_with_rowid": False}
 
     run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     key: Mapped[str] = mapped_column(String(250), primary_key=True)

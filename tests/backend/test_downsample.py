@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event
 
+from backend.schemas.runs import MetricSeries, MetricsResponse
 from backend.store import metric_store, rollups, run_store
 from backend.store.db import transaction
 from backend.store.downsample import layout, read_downsampled
@@ -123,6 +124,31 @@ def test_short_series_come_back_whole_and_bad_requests_are_refused(module_sessio
             read_downsampled(s, run_id, 2)
         with pytest.raises(run_store.NotFound):
             read_downsampled(s, 10**9, 10)
+
+
+def test_series_are_what_their_validated_model_gives(module_sessions):
+    """read_downsampled builds its series without validating them again (series_of): each is equal to
+    the model validated from the same data, and serialises byte for byte as it does, NaN and +-inf as
+    their kinds (also in a bucket with no finite value), whole and reduced, over the whole run and a zoom."""
+    rng = random.Random(1)
+    values = [rng.choice([rng.gauss(0.0, 1e3), 2.0, -0.0, 1e16, 1e-7, 123456789.125, *SPECIAL]) for _ in range(3000)]
+    values[1000:1040] = [math.nan] * 40  # whole buckets without a finite value
+    run_id = _log(module_sessions, list(enumerate(values)))
+    reads = [(5000, None, None), (101, None, None), (101, 990, 1100), (7, 1000, 1039), (101, 20, 60)]
+    with transaction(module_sessions) as s:
+        got = [read_downsampled(s, run_id, max_points, ["y"], lo, hi) for max_points, lo, hi in reads]
+    assert [reduced for _, reduced in got] == [[], ["y"], ["y"], ["y"], []]
+    for series, reduced in got:
+        y = series["y"]
+        validated = MetricSeries.model_validate(y.model_dump())
+        assert y == validated and y.model_dump_json() == validated.model_dump_json()
+        assert all(isinstance(v, float) or v in ("nan", "inf", "-inf") for v in y.value)
+        response = MetricsResponse(run_id=run_id, series=series, downsampled=reduced)
+        assert response.model_dump_json() == MetricsResponse.model_validate_json(
+            response.model_dump_json()).model_dump_json()
+    nan_bucket = got[3][0]["y"]  # 40 NaN rows cut into 3 buckets: each shown by its first row, as "nan"
+    assert "nan" in nan_bucket.value and set(nan_bucket.value) == {"nan"}
+    assert nan_bucket.nonfinite.total == 40
 
 
 def test_row_counts_follow_every_batch(module_sessions):
