@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import itemgetter
+from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Row, TextClause, bindparam, or_, select, text
 from sqlalchemy.orm import Session
@@ -175,30 +177,33 @@ _PAST = text(f"SELECT step {_IN_RANGE} LIMIT 1 OFFSET :n")
 _ALL_STEPS = (-2**63, 2**63 - 1)
 
 
-def cover(first: int, last: int, top: int | None) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
-    """``[first, last]`` as the fewest whole rollup buckets of levels ``<= top`` and single steps:
-    (first, last) step ranges (fewer than 16 steps at each end) and (level, first bucket, last bucket)
-    ranges (fewer than four buckets of each level under ``top`` at each end, and the ``top`` buckets
-    between). ``top`` None: the steps themselves."""
+Piece = tuple[int | None, int, int]  # (None, first step, last step) or (level, first bucket, last bucket)
+
+
+def cover(first: int, last: int, top: int | None) -> list[Piece]:
+    """``[first, last]`` as the fewest whole rollup buckets of levels ``<= top`` and single steps, in
+    step order: (None, first, last) step ranges (fewer than 16 steps at each end) and (level, first
+    bucket, last bucket) ranges (fewer than four buckets of each level under ``top`` at each end, and
+    the ``top`` buckets between). ``top`` None: the steps themselves."""
     if top is None:
-        return [(first, last)], []
-    steps: list[tuple[int, int]] = []
-    buckets: list[tuple[int, int, int]] = []
+        return [(None, first, last)]
+    left_pieces: list[Piece] = []
+    right_pieces: list[Piece] = []
     lo, hi = first, last + 1  # [lo, hi) still to cover; after level l, both are multiples of its parent's width
     for level in range(-1, top):  # -1: single steps
         parent = rollups.width(level + 1)
         left = min(-(-lo // parent) * parent, hi)
         right = max(hi // parent * parent, left)
-        for a, b in ((lo, left), (right, hi)):
+        for a, b, pieces in ((lo, left, left_pieces), (right, hi, right_pieces)):
             if a < b:
                 if level < 0:
-                    steps.append((a, b - 1))
+                    pieces.append((None, a, b - 1))
                 else:
-                    buckets.append((level, a // rollups.width(level), b // rollups.width(level) - 1))
+                    pieces.append((level, a // rollups.width(level), b // rollups.width(level) - 1))
         lo, hi = left, right
     if lo < hi:
-        buckets.append((top, lo // rollups.width(top), hi // rollups.width(top) - 1))
-    return steps, buckets
+        left_pieces.append((top, lo // rollups.width(top), hi // rollups.width(top) - 1))
+    return left_pieces + right_pieces[::-1]
 
 
 def _read_range(conn: Connection, run_id: int, key: str, min_step: int | None, max_step: int | None,
@@ -218,14 +223,12 @@ def _read_range(conn: Connection, run_id: int, key: str, min_step: int | None, m
         points = [_point(row) for row in conn.execute(select(*_POINT).where(*where).order_by(Metric.step)
                                                       .limit(max_points))]
         return points, nonfinite_of(points, max_points), False
-    steps, buckets = cover(first, last_row[0], cut.level)
+    pieces = cover(first, last_row[0], cut.level)
     params: dict[str, object] = {"run": run_id, "key": key, "unit": cut.unit, "c0": cut.first_cell,
                                  "buckets": cut.buckets, "cells": cut.cells}
-    for i, (a, b) in enumerate(steps):
-        params.update({f"s{i}": a, f"t{i}": b})
-    for i, (level, a, b) in enumerate(buckets):
+    for i, (level, a, b) in enumerate(pieces):
         params.update({f"l{i}": level, f"a{i}": a, f"b{i}": b})
-    result = conn.execute(_cells(len(steps), len(buckets)), params)
+    result = conn.execute(_cells(tuple(level is not None for level, _, _ in pieces)), params)
     try:  # plain tuples from the driver: SQLAlchemy's rows cost more than the merge
         cells = result.cursor.fetchall()
     finally:
@@ -234,85 +237,102 @@ def _read_range(conn: Connection, run_id: int, key: str, min_step: int | None, m
         points = sorted((cell[1], cell[2], cell[3]) for cell in cells)
         _name_kinds(conn, where, points)
         return points, nonfinite_of(points, max_points), False
-    lo, hi, flagged = merge_cells(cells)
-    points = extremes(lo, hi, last_row)
+    points, flagged = merge_cells(cells, last_row)
     ranges = [(max(a, first), min(b, last_row[0])) for a, b in map(cut.steps, sorted(flagged))]
     nonfinite = _search_nonfinite(conn, where, ranges, sum(flagged.values()), max_points)
     _name_kinds(conn, where, points)
     return points, nonfinite, True
 
 
-def extremes(lo: dict[int, Point], hi: dict[int, Point], last: Point) -> list[Point]:
-    """The points of ``merge_cells``' minima and maxima, by step, ending with the range's ``last`` row:
-    per bucket (buckets are runs of steps, so in bucket order) its minimum and maximum by step, one point
-    when they are the same row or when the bucket has no finite value (its first row, value None)."""
+def merge_cells(cells: list[tuple], last: Point) -> tuple[list[Point], dict[int, int]]:
+    """The points a reduced read returns, by step, from the cells of its buckets (bucket, *minimum,
+    *maximum, non-finite rows; each extreme as step, value, timestamp, the minimum's being the cell's
+    first row when it has no finite value), and the non-finite rows per bucket (those that have some).
+
+    Per bucket (buckets are runs of steps): its minimum and its maximum, by step, one point when they
+    are the same row, or when no cell has a finite value its first row (value None); then the range's
+    ``last`` row. Ties: the smaller step, as in backend/rollups.py. The cells come in bucket order
+    (``_cells`` reads the pieces of ``cover`` in step order) and are sorted only if they do not."""
+    try:
+        return _merge_in_order(cells, last)
+    except _NotInOrder:
+        return _merge_in_order(sorted(cells, key=itemgetter(0)), last)
+
+
+class _NotInOrder(Exception):
+    pass
+
+
+def _merge_in_order(cells: list[tuple], last: Point) -> tuple[list[Point], dict[int, int]]:
+    # one loop, the current bucket's extremes in locals, no call per cell: it runs over thousands a read
     points: list[Point] = []
-    add = points.append
-    for bucket in sorted(lo):
-        low = lo[bucket]
-        high = hi.get(bucket)
-        if high is None or high[0] == low[0]:
-            add(low)
-        elif high[0] < low[0]:
-            add(high)
-            add(low)
+    nonfinite: dict[int, int] = {}
+    current = None
+    lo_step = lo_value = lo_ts = hi_step = hi_value = hi_ts = None
+    for bucket, cell_lo_step, cell_lo_value, cell_lo_ts, cell_hi_step, cell_hi_value, cell_hi_ts, n in cells:
+        if bucket != current:
+            if current is not None:
+                if bucket < current:
+                    raise _NotInOrder
+                _add_extremes(points, lo_step, lo_value, lo_ts, hi_step, hi_value, hi_ts)
+            current = bucket
+            lo_step, lo_value, lo_ts = cell_lo_step, cell_lo_value, cell_lo_ts
+            hi_step, hi_value, hi_ts = cell_hi_step, cell_hi_value, cell_hi_ts
         else:
-            add(low)
-            add(high)
+            if cell_lo_value is None:  # no finite value in the cell: its first row, if the bucket has none
+                if lo_value is None and cell_lo_step < lo_step:
+                    lo_step, lo_ts = cell_lo_step, cell_lo_ts
+            elif lo_value is None or cell_lo_value < lo_value or cell_lo_value == lo_value and cell_lo_step < lo_step:
+                lo_step, lo_value, lo_ts = cell_lo_step, cell_lo_value, cell_lo_ts
+            if cell_hi_value is not None and (hi_value is None or cell_hi_value > hi_value or
+                                              cell_hi_value == hi_value and cell_hi_step < hi_step):
+                hi_step, hi_value, hi_ts = cell_hi_step, cell_hi_value, cell_hi_ts
+        if n:
+            nonfinite[bucket] = nonfinite.get(bucket, 0) + n
+    if current is not None:
+        _add_extremes(points, lo_step, lo_value, lo_ts, hi_step, hi_value, hi_ts)
     if points and points[-1][0] == last[0]:
         points[-1] = last
     else:
         points.append(last)
-    return points
+    return points, nonfinite
 
 
-def merge_cells(cells: Sequence[tuple]) -> tuple[dict[int, Point], dict[int, Point], dict[int, int]]:
-    """Per bucket, from its cells (bucket, *minimum, *maximum, non-finite rows; each extreme as step,
-    value, timestamp, the minimum's being the cell's first row when it has no finite value): the
-    minimum (or the first row, value None, when no cell has a finite value), the maximum (buckets
-    with a finite value only), each as a point, and the non-finite rows (buckets that have some).
-    Ties: the smaller step, as in backend/rollups.py. One loop, no call per cell: it runs over
-    thousands a read."""
-    lo: dict[int, Point] = {}
-    hi: dict[int, Point] = {}
-    nonfinite: dict[int, int] = {}
-    for bucket, lo_step, lo_value, lo_ts, hi_step, hi_value, hi_ts, n in cells:
-        best = lo.get(bucket)
-        if best is None or (best[1] is None and (lo_value is not None or lo_step < best[0])) or (
-                lo_value is not None and (lo_value < best[1] or lo_value == best[1] and lo_step < best[0])):
-            lo[bucket] = (lo_step, lo_value, lo_ts)
-        if hi_value is not None:
-            best = hi.get(bucket)
-            if best is None or hi_value > best[1] or hi_value == best[1] and hi_step < best[0]:
-                hi[bucket] = (hi_step, hi_value, hi_ts)
-        if n:
-            nonfinite[bucket] = nonfinite.get(bucket, 0) + n
-    return lo, hi, nonfinite
+def _add_extremes(points: list[Point], lo_step: Any, lo_value: Any, lo_ts: Any, hi_step: Any, hi_value: Any,
+                  hi_ts: Any) -> None:
+    """A bucket's minimum and maximum by step (one point when they are the same row or it has no finite value)."""
+    if hi_value is None or hi_step == lo_step:
+        points.append((lo_step, lo_value, lo_ts))
+    elif hi_step < lo_step:
+        points += ((hi_step, hi_value, hi_ts), (lo_step, lo_value, lo_ts))
+    else:
+        points += ((lo_step, lo_value, lo_ts), (hi_step, hi_value, hi_ts))
 
 
 _SHIFT = (rollups.BASE_WIDTH.bit_length() - 1, rollups.FACTOR.bit_length() - 1)  # width(l) = 1 << (a + b * l)
 assert all(rollups.width(level) == 1 << (_SHIFT[0] + _SHIFT[1] * level) for level in range(rollups.LEVELS))
 
 
-@lru_cache(maxsize=64)
-def _cells(n_steps: int, n_buckets: int) -> TextClause:
-    """The cells of a range for ``merge_cells``: the rollup rows of ``n_buckets`` (level, first
-    bucket, last bucket) ranges and the metric rows of ``n_steps`` step ranges (parameters :l0, :a0,
-    :b0 ...; :s0, :t0 ...), each in bucket ``(cell - :c0) * :buckets / :cells`` (integer division on
-    both databases) of its cell, its first step ``/ :unit``. Each range is one index search."""
+@lru_cache(maxsize=256)
+def _cells(shape: tuple[bool, ...]) -> TextClause:
+    """The cells of a range for ``merge_cells``, piece by piece of ``cover`` (``shape``: True for a
+    rollup piece, False for a step range), in that order: the metric rows of steps :a{i}..:b{i}, or the
+    rollup rows of level :l{i}, buckets :a{i}..:b{i}; each in bucket ``(cell - :c0) * :buckets / :cells``
+    (integer division on both databases) of its cell, its first step ``/ :unit``. Each piece is one index
+    search."""
     # the bound integers cast: a driver may send them as numeric, whose division is not the integer one
     unit = "CAST(:unit AS BIGINT)"
     in_bucket = "- CAST(:c0 AS BIGINT)) * CAST(:buckets AS BIGINT) / CAST(:cells AS BIGINT)"
-    # one SELECT a range: an OR of ranges is one index search on neither database (SQLite reads the whole
-    # series of the rollups, PostgreSQL may scan the table)
-    sources = [f"SELECT (step / {unit} {in_bucket}, step, value, timestamp, step, value, timestamp, "  # NULL: not finite
-               f"CASE WHEN value IS NULL THEN 1 ELSE 0 END FROM metrics WHERE run_id = :run AND key = :key "
-               f"AND step BETWEEN :s{i} AND :t{i}" for i in range(n_steps)]
     first_if_none = ("CASE WHEN lo_value IS NULL THEN first_step ELSE lo_step END, lo_value, "
                      "CASE WHEN lo_value IS NULL THEN first_ts ELSE lo_ts END")
-    sources += [f"SELECT ((bucket << ({_SHIFT[0]} + {_SHIFT[1]} * level)) / {unit} {in_bucket}, {first_if_none}, "
-                f"hi_step, hi_value, hi_ts, n_nonfinite FROM metric_rollups WHERE run_id = :run AND key = :key "
-                f"AND level = :l{i} AND bucket BETWEEN :a{i} AND :b{i}" for i in range(n_buckets)]
+    # one SELECT a piece: an OR of ranges is one index search on neither database (SQLite reads the whole
+    # series of the rollups, PostgreSQL may scan the table)
+    sources = [f"SELECT ((bucket << ({_SHIFT[0]} + {_SHIFT[1]} * level)) / {unit} {in_bucket}, {first_if_none}, "
+               f"hi_step, hi_value, hi_ts, n_nonfinite FROM metric_rollups WHERE run_id = :run AND key = :key "
+               f"AND level = :l{i} AND bucket BETWEEN :a{i} AND :b{i}" if rollup else
+               f"SELECT (step / {unit} {in_bucket}, step, value, timestamp, step, value, timestamp, "  # NULL: not finite
+               f"CASE WHEN value IS NULL THEN 1 ELSE 0 END FROM metrics WHERE run_id = :run AND key = :key "
+               f"AND step BETWEEN :a{i} AND :b{i}" for i, rollup in enumerate(shape)]
     return text(" UNION ALL ".join(sources))
 
 

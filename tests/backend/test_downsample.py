@@ -16,7 +16,7 @@ from sqlalchemy import event
 from backend.schemas.runs import MetricSeries, MetricsResponse
 from backend.store import metric_store, rollups, run_store
 from backend.store.db import transaction
-from backend.store.downsample import layout, read_downsampled
+from backend.store.downsample import layout, merge_cells, read_downsampled
 
 SPECIAL = (math.nan, math.inf, -math.inf)
 
@@ -149,6 +149,40 @@ def test_series_are_what_their_validated_model_gives(module_sessions):
     nan_bucket = got[3][0]["y"]  # 40 NaN rows cut into 3 buckets: each shown by its first row, as "nan"
     assert "nan" in nan_bucket.value and set(nan_bucket.value) == {"nan"}
     assert nan_bucket.nonfinite.total == 40
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_merging_cells_in_any_order_keeps_each_buckets_extremes(seed):
+    """merge_cells against a direct reference (per bucket: the smallest and largest finite value, the
+    smaller step on a tie; the first row when none is finite), with the cells in bucket order (as the
+    store reads them) and shuffled (the fallback)."""
+    rng = random.Random(seed)
+    cells, step = [], 0
+    for bucket in range(rng.randint(1, 30)):
+        for _ in range(rng.randint(1, 4)):  # a bucket's cells: disjoint runs of steps
+            n = rng.randint(1, 3)
+            rows = [(step + i, rng.choice([None, 0.0, 1.0, rng.random()]), float(step + i)) for i in range(n)]
+            step += n + rng.randint(0, 2)
+            finite = [r for r in rows if r[1] is not None]
+            lo = min(finite, key=lambda r: (r[1], r[0])) if finite else rows[0]
+            hi = max(finite, key=lambda r: (r[1], -r[0])) if finite else (None, None, None)
+            cells.append((bucket, *lo, *hi, len(rows) - len(finite)))
+    last = (step, 2.0, float(step))
+    expected, flagged = [], {}
+    for bucket in sorted({c[0] for c in cells}):
+        mine = [c for c in cells if c[0] == bucket]
+        finite = [c for c in mine if c[2] is not None]
+        if not finite:
+            expected.append(min(c[1:4] for c in mine))
+        else:
+            lo = min((c[2], c[1], c[3]) for c in finite)
+            hi = min((-c[5], c[4], c[6]) for c in finite)
+            expected += sorted({(lo[1], lo[0], lo[2]), (hi[1], -hi[0], hi[2])})
+        if sum(c[7] for c in mine):
+            flagged[bucket] = sum(c[7] for c in mine)
+    expected.append(last)
+    shuffled = rng.sample(cells, len(cells))
+    assert merge_cells(cells, last) == merge_cells(shuffled, last) == (expected, flagged)
 
 
 def test_row_counts_follow_every_batch(module_sessions):
