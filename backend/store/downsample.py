@@ -212,7 +212,7 @@ def _read_range(conn: Connection, run_id: int, key: str, min_step: int | None, m
     else reduced (then True); and its non-finite rows."""
     bounds = {"run": run_id, "key": key, "lo": _ALL_STEPS[0] if min_step is None else min_step,
               "hi": _ALL_STEPS[1] if max_step is None else max_step}
-    where = _range(run_id, key, min_step, max_step)
+    where = _range(run_id, key, min_step, max_step)  # (for the rarer reads below: rows by step, non-finite rows)
     first = conn.scalar(_FIRST, bounds)
     if first is None:
         return [], NonFinite(step=[], kind=[], total=0), False
@@ -240,7 +240,8 @@ def _read_range(conn: Connection, run_id: int, key: str, min_step: int | None, m
     points, flagged = merge_cells(cells, last_row)
     ranges = [(max(a, first), min(b, last_row[0])) for a, b in map(cut.steps, sorted(flagged))]
     nonfinite = _search_nonfinite(conn, where, ranges, sum(flagged.values()), max_points)
-    _name_kinds(conn, where, points)
+    if flagged:  # (a point without a value is a bucket's first row, in a bucket with no finite value)
+        _name_kinds(conn, where, points)
     return points, nonfinite, True
 
 
