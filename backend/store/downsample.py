@@ -245,7 +245,7 @@ def _read_range(conn: Connection, run_id: int, key: str, min_step: int | None, m
     return points, nonfinite, True
 
 
-def merge_cells(cells: list[tuple], last: Point) -> tuple[list[Point], dict[int, int]]:
+def merge_cells(cells: Sequence[tuple], last: Point) -> tuple[list[Point], dict[int, int]]:
     """The points a reduced read returns, by step, from the cells of its buckets (bucket, *minimum,
     *maximum, non-finite rows; each extreme as step, value, timestamp, the minimum's being the cell's
     first row when it has no finite value), and the non-finite rows per bucket (those that have some).
@@ -264,7 +264,7 @@ class _NotInOrder(Exception):
     pass
 
 
-def _merge_in_order(cells: list[tuple], last: Point) -> tuple[list[Point], dict[int, int]]:
+def _merge_in_order(cells: Sequence[tuple], last: Point) -> tuple[list[Point], dict[int, int]]:
     # one loop, the current bucket's extremes in locals, no call per cell: it runs over thousands a read
     points: list[Point] = []
     nonfinite: dict[int, int] = {}
