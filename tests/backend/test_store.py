@@ -99,6 +99,29 @@ def test_a_fresh_store_migrates_up_and_down(store_url):
     engine.dispose()
 
 
+def test_sqlite_keeps_rollups_in_key_order_across_migrations(tmp_path):
+    """0013: on SQLite metric_rollups is a WITHOUT ROWID table (rows clustered by series, level and
+    bucket); down to 0012 and up again, its rows stay."""
+    engine = make_engine(tmp_path / "aah.db")
+    upgrade(engine)
+
+    def table() -> tuple[str, list]:
+        with engine.connect() as conn:
+            sql = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = 'metric_rollups'").scalar_one()
+            return sql, conn.exec_driver_sql("SELECT * FROM metric_rollups ORDER BY 1, 2, 3, 4").all()
+
+    with transaction(make_session_factory(engine)) as s:
+        run_id = run_store.create_run(s, name="r", experiment="e")
+        metric_store.log_metrics(s, run_id, [("loss", step, step % 7 - 3.0, 1.0) for step in range(500)])
+    sql, rows = table()
+    assert sql.endswith("WITHOUT ROWID") and len(rows) > 32
+    migrate(engine, "0012", down=True)
+    assert table() == (sql.removesuffix(" WITHOUT ROWID"), rows)
+    upgrade(engine)
+    assert table() == (sql, rows)
+    engine.dispose()
+
+
 def test_upgrading_an_old_store_keeps_every_row(store_url):
     """Rebuilding runs (0002, 0003 on SQLite) must not cascade into params, metrics or plans.
 

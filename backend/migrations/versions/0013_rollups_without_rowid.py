@@ -11,7 +11,6 @@ Revises: 0012
 Create Date: 2026-12-02
 """
 
-import sqlalchemy as sa
 from alembic import op
 
 revision = "0013"
@@ -19,34 +18,20 @@ down_revision = "0012"
 branch_labels = None
 depends_on = None
 
-_COLUMNS = ("run_id", "key", "level", "bucket", "first_step", "first_ts", "lo_step", "lo_value", "lo_ts",
-            "hi_step", "hi_value", "hi_ts", "n_nonfinite")
+_OPTION = " WITHOUT ROWID"
 
 
 def _rebuild(with_rowid: bool) -> None:
-    if op.get_bind().dialect.name != "sqlite":
+    conn = op.get_bind()
+    if conn.dialect.name != "sqlite":
         return
+    # the table as it stands (its CREATE statement, as SQLite keeps it), with or without the option
+    create = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'metric_rollups'"
+                                  ).scalar_one().rstrip()
+    create = create.removesuffix(_OPTION) + ("" if with_rowid else _OPTION)
     op.rename_table("metric_rollups", "metric_rollups_old")
-    op.create_table(
-        "metric_rollups",
-        sa.Column("run_id", sa.Integer, primary_key=True),
-        sa.Column("key", sa.String(250), primary_key=True),
-        sa.Column("level", sa.SmallInteger, primary_key=True),
-        sa.Column("bucket", sa.BigInteger, primary_key=True),
-        sa.Column("first_step", sa.BigInteger, nullable=False),
-        sa.Column("first_ts", sa.Float(53), nullable=False),
-        sa.Column("lo_step", sa.BigInteger),
-        sa.Column("lo_value", sa.Float(53)),
-        sa.Column("lo_ts", sa.Float(53)),
-        sa.Column("hi_step", sa.BigInteger),
-        sa.Column("hi_value", sa.Float(53)),
-        sa.Column("hi_ts", sa.Float(53)),
-        sa.Column("n_nonfinite", sa.BigInteger, nullable=False, server_default="0"),
-        sqlite_with_rowid=with_rowid,
-    )
-    columns = ", ".join(_COLUMNS)
-    op.execute(f"INSERT INTO metric_rollups ({columns}) SELECT {columns} FROM metric_rollups_old "
-               "ORDER BY run_id, key, level, bucket")
+    op.execute(create)
+    op.execute("INSERT INTO metric_rollups SELECT * FROM metric_rollups_old ORDER BY run_id, key, level, bucket")
     op.drop_table("metric_rollups_old")
 
 
