@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from backend.schemas.runs import MIN_POINTS, MetricSeries, NonFinite
 from backend.store import rollups
+from backend.store.db import BINARY_RESULTS
 from backend.store.run_store import IN_BATCH, batched, run_exists
 from backend.store.tables import LatestMetric, Metric
 
@@ -228,7 +229,8 @@ def _read_range(conn: Connection, run_id: int, key: str, min_step: int | None, m
                                  "buckets": cut.buckets, "cells": cut.cells}
     for i, (level, a, b) in enumerate(pieces):
         params.update({f"l{i}": level, f"a{i}": a, f"b{i}": b})
-    result = conn.execute(_cells(tuple(level is not None for level, _, _ in pieces)), params)
+    result = conn.execute(_cells(tuple(level is not None for level, _, _ in pieces)), params,
+                          execution_options={BINARY_RESULTS: True})
     try:  # plain tuples from the driver: SQLAlchemy's rows cost more than the merge
         cells = result.cursor.fetchall()
     finally:
