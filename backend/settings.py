@@ -25,6 +25,12 @@ def _quarter_of_the_cores() -> int:
     return max(1, (os.cpu_count() or 1) // 4)
 
 
+def _read_threads() -> int:
+    # a store read spends part of its time outside Python's lock (in SQLite's C code, or waiting for
+    # PostgreSQL), so a second thread overlaps it with the other's Python (README.md, "Computed ranges")
+    return max(2, _quarter_of_the_cores())
+
+
 class Settings(BaseSettings):
     """Everything the service can be told from outside. Env names are AAH_<FIELD>."""
 
@@ -116,9 +122,9 @@ class Settings(BaseSettings):
         16, ge=0, le=10_000, description="Heavy jobs that may wait for a thread; beyond that a request is "
         "refused with 429 and Retry-After (identical concurrent requests share one job).")
     read_workers: int = Field(
-        default_factory=_quarter_of_the_cores, ge=1, le=64,
-        description="Threads for long store reads (metric series that miss the cache, compare). Default as "
-        "heavy_workers.")
+        default_factory=_read_threads, ge=1, le=64,
+        description="Threads for long store reads (metric series that miss the cache, compare). Default: a "
+        "quarter of the CPU cores, at least 2 (a read waits for the database part of its time).")
     read_queue: int = Field(64, ge=0, le=10_000, description="Long store reads that may wait; beyond that 429.")
     torch_threads: int | None = Field(None, ge=1, description="torch.set_num_threads for evaluation.")
     corpus_dirs: str = Field(
