@@ -119,8 +119,7 @@ def _metrics_body(sessions: sessionmaker[Session], cache: LruCache, query: Metri
     following = None
     with transaction(sessions) as s:
         if version is None:  # read first: rows written meanwhile make the next poll read again, never miss
-            run_store.run_exists(s, run_id)
-            version = metric_store.metrics_version(s, run_id)
+            version = metric_store.metrics_version(s, run_id)  # (both reads below check that the run exists)
         reduced: list[str] = []
         if cursor is None:
             series, reduced = read_downsampled(s, run_id, max_points, keys, min_step, max_step)
