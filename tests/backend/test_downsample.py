@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -272,3 +273,38 @@ def test_every_zoom_reads_at_most_about_four_rows_per_point_returned(module_sess
             assert 0 < counter.rows <= 4 * points + ends, (max_points, lo, span, counter.rows, points)
             levels.add(layout(lo, lo + span - 1, max_points).level)
     assert {None, 0, 1, 2}.issubset(levels)  # step by step, and through several rollup levels
+
+
+def test_zooms_read_by_threads_at_once_are_what_one_thread_reads(module_sessions):
+    """Reads run in several threads at once (the read executor's), and SQLite's fetches of the cells take
+    turns (downsample._FETCH_LOCK): every zoom read that way, non-finite points among them, equals the same
+    zoom read alone, and none waits for ever."""
+    rng = random.Random(2)
+    values = [rng.choice([rng.gauss(0.0, 1.0)] * 30 + list(SPECIAL)) for _ in range(30_000)]
+    run_id = _log(module_sessions, list(enumerate(values)), batches=2)
+    zooms = []
+    for _ in range(24):
+        span = rng.randint(300, 30_000)
+        lo = rng.randint(0, 30_000 - span)
+        zooms.append((rng.choice([21, 101, 1001]), lo, lo + span - 1))
+
+    def read(zoom: tuple[int, int, int]) -> MetricSeries:
+        max_points, lo, hi = zoom
+        with transaction(module_sessions) as s:
+            return read_downsampled(s, run_id, max_points, ["y"], lo, hi)[0]["y"]
+
+    alone = [read(zoom) for zoom in zooms]
+    together: dict[int, MetricSeries] = {}
+
+    def reader(first: int) -> None:
+        for i in range(first, len(zooms), 4):
+            together[i] = read(zooms[i])
+
+    threads = [threading.Thread(target=reader, args=(first,)) for first in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)  # a hang detector: the reads take well under a second here
+    assert not any(thread.is_alive() for thread in threads)
+    assert [together.get(i) for i in range(len(zooms))] == alone
+    assert any(series.nonfinite.total for series in alone)
