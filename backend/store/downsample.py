@@ -148,10 +148,10 @@ _ROW_COUNT = text("SELECT key, n_rows FROM latest_metrics WHERE run_id = :run AN
 def _row_counts(s: Session, run_id: int, keys: Sequence[str] | None) -> dict[str, int]:
     if keys is None:
         query = select(LatestMetric.key, LatestMetric.n_rows).where(LatestMetric.run_id == run_id)
-        return dict(s.execute(query.order_by(LatestMetric.key)).all())  # type: ignore[arg-type]
+        return dict(s.execute(query.order_by(LatestMetric.key)).all())
     unique = list(dict.fromkeys(keys))
     if len(unique) == 1:  # (an expanding IN is compiled again for every read)
-        return dict(s.execute(_ROW_COUNT, {"run": run_id, "key": unique[0]}).all())  # type: ignore[arg-type]
+        return dict(s.execute(_ROW_COUNT, {"run": run_id, "key": unique[0]}).all())
     return {k: n for chunk in batched(unique) for k, n in s.execute(_ROW_COUNTS, {"run": run_id, "keys": chunk})}
 
 
