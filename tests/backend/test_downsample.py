@@ -207,7 +207,7 @@ class RowsRead:
     cursor hook. PostgreSQL: each statement run again under EXPLAIN ANALYZE, summing what its scans read
     (rows kept, and those a filter or a recheck dropped). SQLite has no such counter: each statement's
     plan must reach those tables by index searches only (no SCAN) and sort nothing, so that it reads the
-    rows it matches, or with LIMIT n [OFFSET m] the first n + m of them."""
+    rows it matches, or with LIMIT n [OFFSET m] the first n + m of them (in a subquery too)."""
 
     TABLES = re.compile(r"\b(?:FROM|JOIN) (metrics|metric_rollups)\b")
 
@@ -237,6 +237,10 @@ class RowsRead:
         given = iter(values)
         self.rows += matching if limit is None else min(matching, sum(
             next(given) if g == "?" else int(g) for g in bound))
+        # a subquery's LIMIT n OFFSET m (the probe past max_points in the range's ends): n + m rows at most
+        for inner in re.finditer(r"LIMIT (\?|\d+) OFFSET (\?|\d+)\)", statement):
+            self.rows += sum(parameters[statement[:inner.start(g)].count("?")] if inner[g] == "?" else int(inner[g])
+                             for g in (1, 2))
 
     def _scanned(self, node: dict) -> int:
         own = 0
