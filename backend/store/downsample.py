@@ -42,10 +42,11 @@ from backend.store.run_store import IN_BATCH, batched, run_exists
 from backend.store.tables import LatestMetric, Metric
 
 # Python's sqlite3 lets go of the GIL for every row it steps. Two threads fetching a zoom's ~2,000 cells
-# at once hand the GIL back and forth row by row (100-400 context switches a zoom under 50 clients,
-# 4-6 instead of 3.5-4 ms of CPU); one SQLite fetch at a time keeps a zoom to a few switches.
-# (psycopg fetches a result whole, so PostgreSQL reads do not take it.)
+# at once handed the GIL back and forth row by row: under 50 clients 13-375 context switches and 4-10 ms of
+# CPU a zoom; fetching one at a time, 4-9 switches and 3.5-4 ms (README.md, "Zooms, third round").
+# psycopg fetches a result whole, so PostgreSQL reads do not take it.
 _FETCH_LOCK = threading.Lock()
+
 Point = tuple[int, float | str | None, float]  # step, value (or its non-finite kind), timestamp
 
 
