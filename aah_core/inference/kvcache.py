@@ -125,9 +125,10 @@ def choose_decode(kv_windows: Sequence[int], group: int, batch: int, head_dim: i
     The flat call scores every query head against every kv head's slots: (n_kv_head - 1) * group * slots
     products per sequence and dim more than the buckets need; the buckets make one more call per window.
     Measured per layer step (issue 26; 1 thread, CPU time; bench/decode_step.py): one call costs
-    about as much as FLAT_WASTE_PER_CALL of those wasted products. Flat won for 4 small windows
-    (16-128: 36 vs 84 us); the buckets won at the demo's 4 heads with windows up to 4096 (120 vs 132 us
-    at batch 1, 825 vs 838 at batch 8) and at 12 heads of 8 windows (539 vs 1326 us).
+    about as much as FLAT_WASTE_PER_CALL of those wasted products. With the flat call as baddbmm + softmax
+    + bmm (AMD EPYC, modes interleaved): flat won for 4 small windows (16-128, D=64: 39 vs 60 us at batch 1,
+    98 vs 122 at batch 8); the buckets won at the demo's 4 heads with windows up to 4096 (113 vs 117 us at
+    batch 1, 1171 vs 1817 at batch 8) and at 12 heads of 8 windows (1178 vs 2446 us at batch 1).
     """
     windows = len(set(kv_windows))
     wasted = (len(kv_windows) - 1) * group * sum(kv_windows) * head_dim * batch
