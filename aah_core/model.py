@@ -168,7 +168,8 @@ class Block(nn.Module):
             y = y.transpose(1, 2)  # (B, T, H, D)
         rows = torch.addmm(rows, y.reshape(B * T, C), attn.proj.weight.t())  # x + proj(y)
         h = _norm(self.ln2, rows)
-        if h.device.type == "cpu":  # exact GELU in place after the addmm (CUDA's fused epilogue is tanh-GELU)
+        if h.device.type == "cpu" and not torch.is_grad_enabled():
+            # exact GELU in place after the addmm (no autograd formula; CUDA's fused epilogue is tanh-GELU)
             h = torch._addmm_activation(mlp.fc.bias, h, mlp.fc.weight.t(), use_gelu=True)
         else:
             h = F.gelu(F.linear(h, mlp.fc.weight, mlp.fc.bias))
@@ -180,11 +181,6 @@ _STEP_DTYPES = (torch.float32, torch.float64)  # Rotary.at rotates in the input'
 
 def _norm(ln: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
     return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
-
-
-def _linear(lin: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """lin(x) with x flattened to 2-D first (F.linear on a 3-D input costs a few µs more per call)."""
-    return F.linear(x.reshape(-1, x.shape[-1]), lin.weight, lin.bias).view(*x.shape[:-1], -1)
 
 
 class WindowedGPT(nn.Module):

@@ -207,3 +207,14 @@ def test_decoding_in_inference_mode_leaves_no_cached_tensor_that_training_cannot
     loss.backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(bool(torch.isfinite(g).all()) for g in grads)
+
+
+def test_the_cached_path_stays_differentiable_with_gradients_on():
+    # decode steps fuse the MLP's GELU into its addmm on CPU, an op without a backward: only without gradients
+    model = _model()
+    plan = torch.tensor(PLANS["mixed"])
+    idx = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(2))
+    cache = new_cache(model, plan)
+    logits = model.logits(model.run_layers(model.embed(idx), plan, cache=cache.layers))
+    logits.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.block(0).mlp.parameters())
