@@ -63,6 +63,14 @@ class Rotary(nn.Module):
         rotated = torch.view_as_complex(xf) * self.table(xf.dtype)[start : start + T]  # (..., T, D/2)
         return torch.view_as_real(rotated).flatten(-2).to(x.dtype)
 
+    def at(self, x: torch.Tensor, pos: int) -> torch.Tensor:
+        """forward() of one position pos for x [B, n, D] float32 or float64 with even row strides (a decode
+        step's q and k rows of the fused projection) -> [B, n, D] contiguous: the same complex multiply with
+        none of forward's general-layout steps."""
+        B, n, D = x.shape
+        pairs = torch.view_as_complex(x.view(B, n, D // 2, 2))  # (B, n, D/2)
+        return torch.view_as_real(pairs * self.table(x.dtype)[pos]).view(B, n, D)
+
 
 class WindowedSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
@@ -140,25 +148,39 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
     def cached(self, x: torch.Tensor, cache: LayerCache) -> torch.Tensor:
-        """forward() through a KV cache, in eval mode (no dropout), with functional calls: a decode step is a
-        few dozen small operations per layer, and each module call's own overhead was about a third of them."""
+        """forward() through a KV cache, in eval mode (no dropout), with functional calls on 2-D rows: a decode
+        step is a few dozen small operations per layer whose fixed cost (Python, dispatch, allocation) is most
+        of their time, so each step here is one operation where the math allows (the residual adds ride in
+        addmm; on CPU the GELU in the MLP's first addmm)."""
         B, T, C = x.shape
         attn, mlp = self.attn, self.mlp
-        q, k, v = attn.heads(_norm(self.ln1, x), cache.start)
-        y = cache.attend(q, k, v)  # (B, H, T, D)
-        if attn.observer is not None:
-            attn.observer(attn.layer, q, k, v, y)
-        x = x + _linear(attn.proj, y.transpose(1, 2).reshape(B, T, C))
-        return x + _linear(mlp.proj, F.gelu(_linear(mlp.fc, _norm(self.ln2, x))))
+        rows = x.reshape(B * T, C)
+        if T == 1 and attn.rotary is not None and attn.observer is None and x.dtype in _STEP_DTYPES:
+            H, D = attn.n_head, C // attn.n_head
+            qkv = F.linear(_norm(self.ln1, rows), attn.qkv.weight)  # (B, 3C): rows of q | k | v heads
+            qk = attn.rotary.at(qkv[:, : 2 * C].view(B, 2 * H, D), cache.start).view(B, 2 * H, 1, D)
+            y = cache.attend(qk[:, :H], qk[:, H:], qkv[:, 2 * C :].view(B, H, 1, D))  # (B, H, 1, D)
+        else:
+            q, k, v = attn.heads(_norm(self.ln1, x), cache.start)
+            y = cache.attend(q, k, v)  # (B, H, T, D)
+            if attn.observer is not None:
+                attn.observer(attn.layer, q, k, v, y)
+            y = y.transpose(1, 2)  # (B, T, H, D)
+        rows = torch.addmm(rows, y.reshape(B * T, C), attn.proj.weight.t())  # x + proj(y)
+        h = _norm(self.ln2, rows)
+        if h.device.type == "cpu" and not torch.is_grad_enabled():
+            # exact GELU in place after the addmm (no autograd formula; CUDA's fused epilogue is tanh-GELU)
+            h = torch._addmm_activation(mlp.fc.bias, h, mlp.fc.weight.t(), use_gelu=True)
+        else:
+            h = F.gelu(F.linear(h, mlp.fc.weight, mlp.fc.bias))
+        return torch.addmm(rows, h, mlp.proj.weight.t()).add_(mlp.proj.bias).view(B, T, C)
+
+
+_STEP_DTYPES = (torch.float32, torch.float64)  # Rotary.at rotates in the input's dtype: no bf16 / fp16 rounding
 
 
 def _norm(ln: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
     return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
-
-
-def _linear(lin: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """lin(x) with x flattened to 2-D first (F.linear on a 3-D input costs a few µs more per call)."""
-    return F.linear(x.reshape(-1, x.shape[-1]), lin.weight, lin.bias).view(*x.shape[:-1], -1)
 
 
 class WindowedGPT(nn.Module):
@@ -254,10 +276,10 @@ class WindowedGPT(nn.Module):
         T = idx.shape[1]
         if start + T > self.config.seq_len:
             raise ValueError(f"sequence length {start + T} exceeds model.seq_len={self.config.seq_len}")
-        x = self.wte(idx)
+        x = F.embedding(idx, self.wte.weight)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(start, start + T, device=idx.device))
-        return self.drop(x)
+        return self.drop(x) if self.training else x  # (no dropout call at all in eval: decode steps are short)
 
     def run_layers(
         self, x: torch.Tensor, plan: torch.Tensor, start: int = 0, end: int | None = None, backend: str = "auto",
@@ -286,7 +308,7 @@ class WindowedGPT(nn.Module):
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Final residual [B, T, C] -> logits [B, T, V]."""
-        return self.lm_head(self.ln_f(x))
+        return F.linear(_norm(self.ln_f, x), self.lm_head.weight)
 
     def token_losses(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Final residual [B, T, C] and targets [B, T] -> per-token cross-entropy [B, T] (0 where the

@@ -7,7 +7,8 @@ taken in the same run, the two interleaved:
 - attention: T=2048, H=8, D=64, plan mix-cov0.28 (windows T/64, T/32, T/32, T/16 x3, T/2, T; causal
   coverage 0.283), banded against causal SDPA, forward and forward+backward, median of `--runs`;
 - decode: the demo's shape (4 layers x 4 heads x 128) at seq_len 4096 with bench.engine's mixed plan
-  (coverage 0.33), one decode step at context 4096 (median of the last `--steps` steps), batch 1 and 8;
+  (coverage 0.33), one decode step at context 4096 (median of the last `--steps` steps), batch 1 and 8,
+  with the step's CPU time inside the caches' attend() (cache writes and attention) and the rest;
 - prefill: the same model, a prompt of 4096 tokens through forward_cached, batch 1 and 8, median of `--runs`.
 
 Only `aah_core` and `bench.engine` are imported, so the script also times an older tree (run it with that
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 from aah_core.attention import windowed_attention
 from aah_core.config import apply_overrides
 from aah_core.inference.generate import forward_cached, new_cache
+from aah_core.inference.kvcache import LayerKVCache
 from aah_core.model import WindowedGPT
 from aah_core.presets import get_preset
 from aah_core.windows import full_plan
@@ -77,6 +79,30 @@ def _model(T: int) -> tuple[WindowedGPT, torch.Tensor, torch.Tensor]:
     return model, mixed_plan(model.n_layer, model.n_head, T), full_plan(model.n_layer, model.n_head, T)
 
 
+class _AttendClock:
+    """CPU time spent inside the caches' attend() (writes and attention), summed while `on`: the rest of a
+    step (embedding, norms, projections, MLP, rotary, LM head, Python) is the step minus it."""
+
+    def __init__(self) -> None:
+        self.spent = 0.0
+        self._attend = LayerKVCache.attend
+
+    def __enter__(self) -> _AttendClock:
+        clock, attend = self, self._attend
+
+        def timed(cache: LayerKVCache, *args: torch.Tensor, **kwargs: object) -> torch.Tensor:
+            t0 = time.thread_time()
+            out = attend(cache, *args, **kwargs)  # type: ignore[arg-type]
+            clock.spent += time.thread_time() - t0
+            return out
+
+        LayerKVCache.attend = timed  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        LayerKVCache.attend = self._attend  # type: ignore[method-assign]
+
+
 @torch.no_grad()
 def decode(batch: int, steps: int, T: int = 4096) -> dict[str, float]:
     model, plan, full = _model(T)
@@ -86,13 +112,20 @@ def decode(batch: int, steps: int, T: int = 4096) -> dict[str, float]:
         caches[name] = new_cache(model, p)
         forward_cached(model, prompt[:, : T - steps - 2], caches[name], p)
     times: dict[str, list[float]] = {"plan": [], "full": []}
-    for t in range(T - steps - 2, T):  # two warm-up steps, then `steps` timed ones, the plans interleaved
-        for name, p in (("plan", plan), ("full", full)):
-            ms = cpu_ms(forward_cached, model, prompt[:, t : t + 1], caches[name], p)
-            if t >= T - steps:
-                times[name].append(ms)
+    attend: dict[str, list[float]] = {"plan": [], "full": []}
+    with _AttendClock() as clock:
+        for t in range(T - steps - 2, T):  # two warm-up steps, then `steps` timed ones, the plans interleaved
+            for name, p in (("plan", plan), ("full", full)):
+                clock.spent = 0.0
+                ms = cpu_ms(forward_cached, model, prompt[:, t : t + 1], caches[name], p)
+                if t >= T - steps:
+                    times[name].append(ms)
+                    attend[name].append(clock.spent * 1e3)
     pm, fm = statistics.median(times["plan"]), statistics.median(times["full"])
-    return {"plan_ms": round(pm, 3), "full_ms": round(fm, 3), "ratio": round(pm / fm, 4)}
+    pa, fa = statistics.median(attend["plan"]), statistics.median(attend["full"])
+    return {"plan_ms": round(pm, 3), "full_ms": round(fm, 3), "ratio": round(pm / fm, 4),
+            "plan_attend_ms": round(pa, 3), "full_attend_ms": round(fa, 3), "attend_ratio": round(pa / fa, 4),
+            "plan_rest_ms": round(pm - pa, 3), "full_rest_ms": round(fm - fa, 3)}
 
 
 @torch.no_grad()

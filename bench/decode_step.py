@@ -1,7 +1,7 @@
 """One layer's decode step, 'flat' against 'buckets' (aah_core/inference/kvcache.py): `python -m bench.decode_step`.
 
 Each shape's cache is filled with a prompt of T-20 positions, then one step is timed 15 times per mode,
-in CPU time of one thread (time.thread_time), which other processes on a shared machine do not
+the modes interleaved, in CPU time of one thread (time.thread_time), which other processes on a shared machine do not
 inflate; medians of the last 12. The result says which mode each shape's `auto` picks
 (kvcache.choose_decode) next to which one measured faster.
 """
@@ -27,19 +27,22 @@ SHAPES = {  # name: (query-head windows, head_dim); one kv head per query head
 }
 
 
-def step_us(windows: tuple[int, ...], head_dim: int, batch: int, decode: str, T: int) -> float:
+def step_us(windows: tuple[int, ...], head_dim: int, batch: int, modes: tuple[str, ...], T: int) -> dict[str, int]:
+    """Median µs of one step per decode mode, the modes' caches filled alike and their steps interleaved."""
     H = len(windows)
     gen = torch.Generator().manual_seed(0)
-    cache = LayerKVCache(windows, H, T, decode=decode)
     prompt = torch.randn(batch, H, T - 20, head_dim, generator=gen)
-    cache.attend(prompt, prompt, prompt)
     q, k, v = (torch.randn(batch, H, 1, head_dim, generator=gen) for _ in range(3))
-    times = []
+    caches = {mode: LayerKVCache(windows, H, T, decode=mode) for mode in modes}
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
+    for cache in caches.values():
+        cache.attend(prompt, prompt, prompt)
     for _ in range(15):
-        t0 = time.thread_time()
-        cache.attend(q, k, v)
-        times.append((time.thread_time() - t0) * 1e6)
-    return statistics.median(times[3:])
+        for mode, cache in caches.items():
+            t0 = time.thread_time()
+            cache.attend(q, k, v)
+            times[mode].append((time.thread_time() - t0) * 1e6)
+    return {mode: round(statistics.median(t[3:])) for mode, t in times.items()}
 
 
 @torch.no_grad()
@@ -52,7 +55,7 @@ def main() -> None:
     rows, load = [], os.getloadavg()
     for name, (windows, D) in SHAPES.items():
         for batch in args.batch:
-            us = {mode: round(step_us(windows, D, batch, mode, args.T)) for mode in ("flat", "buckets")}
+            us = step_us(windows, D, batch, ("flat", "buckets"), args.T)
             auto = choose_decode(list(windows), 1, batch, D)
             faster = min(us, key=lambda m: us[m])
             rows.append(dict(shape=name, windows=list(windows), head_dim=D, batch=batch, step_us=us, auto=auto,

@@ -1,6 +1,6 @@
 """Inference benchmark: what a window plan saves at long context, against the full plan.
 
-    python -m bench.generate [--T 4096] [--batch 1] [--repeats 5] [--device cpu] [--out FILE]
+    python -m bench.generate [--T 4096] [--batch 1] [--repeats 5] [--device cpu] [--threads N] [--out FILE]
 
 A model of the demo's width and depth (4 layers x 4 heads x 128, RoPE) with seq_len T and
 random weights; the plan is bench.engine's mixed plan (per layer windows T/64, T/32, T/8 and
@@ -73,11 +73,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=16, help="decode steps timed per repeat (the last up to T)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own, the cores)")
     parser.add_argument("--out", help="result file (default bench/results/generate-<machine>.json)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     rows = []
     for batch in args.batch:
-        row = run(args.T, batch, args.repeats, args.steps, args.device)
+        row = run(args.T, batch, args.repeats, args.steps, args.device) | {"threads": torch.get_num_threads()}
         rows.append(row)
         print(f"T={row['T']} batch={batch} causal_coverage={row['causal_coverage']:.3f}  "
               f"KV {row['kv_ratio']:.3f}x ({row['kv_bytes']:,} of {row['kv_bytes_full']:,} bytes)  "

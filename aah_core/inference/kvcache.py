@@ -10,10 +10,12 @@ segment offsets[j] .. offsets[j] + capacity[j], laid out window by window) and t
 slot holds. A decode step writes the new key (and value) of every head with one index_copy_, then
 attends in one of two ways, chosen per layer shape when the prompt arrives (choose_decode):
 
-- 'flat': ONE scaled_dot_product_attention call: the H query heads form one query block over the
-  flat buffer, with a mask that keeps each query head to its own kv head's slots inside its window.
-  The same few operations whatever the windows, but the scores are H x slots, n_kv_head times the
-  products needed: it wins only when the buffer is small.
+- 'flat': ONE attention call: the H query heads against the whole flat buffer in two batched
+  products (baddbmm, softmax, bmm), with an additive bias that keeps each query head to its own kv
+  head's slots inside its window. The bias is kept from step to step where it can be (no sinks, no
+  query head seeing less than its kv head): a step then only opens its new slots. The same few
+  operations whatever the windows, but the scores are H x slots, n_kv_head times the products
+  needed: it wins only when the buffer is small.
 - 'buckets': one call per distinct kv window over that window's [B, n_b, capacity, D] view of the
   buffer (no copy); the per-step Python loop runs over windows, never over heads.
 
@@ -37,6 +39,7 @@ position each.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -122,9 +125,10 @@ def choose_decode(kv_windows: Sequence[int], group: int, batch: int, head_dim: i
     The flat call scores every query head against every kv head's slots: (n_kv_head - 1) * group * slots
     products per sequence and dim more than the buckets need; the buckets make one more call per window.
     Measured per layer step (issue 26; 1 thread, CPU time; bench/decode_step.py): one call costs
-    about as much as FLAT_WASTE_PER_CALL of those wasted products. Flat won for 4 small windows
-    (16-128: 36 vs 84 us); the buckets won at the demo's 4 heads with windows up to 4096 (120 vs 132 us
-    at batch 1, 825 vs 838 at batch 8) and at 12 heads of 8 windows (539 vs 1326 us).
+    about as much as FLAT_WASTE_PER_CALL of those wasted products. With the flat call as baddbmm + softmax
+    + bmm (AMD EPYC, modes interleaved): flat won for 4 small windows (16-128, D=64: 39 vs 60 us at batch 1,
+    98 vs 122 at batch 8); the buckets won at the demo's 4 heads with windows up to 4096 (113 vs 117 us at
+    batch 1, 1171 vs 1817 at batch 8) and at 12 heads of 8 windows (1178 vs 2446 us at batch 1).
     """
     windows = len(set(kv_windows))
     wasted = (len(kv_windows) - 1) * group * sum(kv_windows) * head_dim * batch
@@ -167,6 +171,10 @@ class LayerKVCache:
         self.max_window = int(self._spans.max())
         self.capacity = 0  # slots of a head whose window is larger (the others have their window's)
         self.layout: _Layout | None = None
+        self._bias: torch.Tensor | None = None  # flat, no sinks or masked query heads: the (H, slots) bias kept
+        self._opened = torch.empty(0)  # (H, n): the bias column a new slot of kv head j gets (made per layout)
+        self._settled = False  # every ring full at its final size: the kept bias changes no more
+        self._always_masked = bool(self.sinks) or any(b.masked for b in self.buckets)
         self.k: torch.Tensor | None = None  # (B, slots, D)
         self.v: torch.Tensor | None = None
         self.held: torch.Tensor | None = None  # (slots,) the position each slot holds (EMPTY: none)
@@ -190,6 +198,7 @@ class LayerKVCache:
 
     def _relayout(self, capacity: int, device: torch.device) -> _Layout:
         self.capacity = capacity
+        self._bias, self._settled = None, False
         self.layout = _Layout(self._kv_windows, self._q_windows, capacity, self._spans, self._order).to(device)
         first = 0
         for b in self.buckets:
@@ -244,6 +253,9 @@ class LayerKVCache:
         for name in ("_perm", "_inverse"):
             if getattr(self, name) is not None:
                 setattr(self, name, getattr(self, name).to(device))
+        heads = torch.arange(len(self.windows), device=device) // self.group  # (H,) each query head's kv head
+        own = heads.unsqueeze(1) == torch.arange(self.n_kv_head, device=device)  # (H, n)
+        self._opened = torch.where(own, 0.0, -math.inf).to(self.k.dtype)
 
     def _step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
         assert self.k is not None and self.v is not None
@@ -256,15 +268,31 @@ class LayerKVCache:
         slots = lay.offsets + self._slot(pos, lay.kv_windows)  # (n,): this position's slot in each head's ring
         self.k.index_copy_(1, slots, k[:, :, 0])
         self.v.index_copy_(1, slots, v[:, :, 0])
-        if self.held is not None:
+        final = self._settled and self.capacity >= self.max_window and not self._always_masked
+        if self.held is not None and not final:  # once final, no mask reads `held` again
             self.held.index_fill_(0, slots, pos)
         if self.decode == "buckets":
             return self._bucket_step(q, scale)
-        assert self.held is not None
-        visible = self._visible(pos, self.held, lay.reach, lay.owner)  # (H, S): own kv head's slots
-        out = F.scaled_dot_product_attention(q.view(B, 1, H, D), self.k.unsqueeze(1), self.v.unsqueeze(1),
-                                             attn_mask=visible, scale=scale)  # the heads as one query block
-        return out.view(B, H, 1, D)
+        scores = torch.baddbmm(self._flat_bias(pos, slots), q.reshape(B, H, D), self.k.transpose(1, 2),
+                               alpha=D**-0.5 if scale is None else scale)  # (B, H, S)
+        return torch.bmm(scores.softmax(dim=-1), self.v).view(B, H, 1, D)
+
+    def _flat_bias(self, pos: int, slots: torch.Tensor) -> torch.Tensor:
+        """(H, S): 0 where query head h sees slot s at step pos, -inf elsewhere. Without sinks or query heads
+        that see less than their kv head, a written slot stays visible to its kv head's query heads until it
+        is overwritten (a ring holds the last positions of its window): the bias is then kept, a step opens
+        its new slots (one index_copy_), and once every ring is full at its final size it changes no more."""
+        lay = self.layout
+        assert lay is not None and self.held is not None
+        self._settled = self.capacity >= self.max_window and pos + 1 >= self.max_window
+        if self._always_masked:
+            visible = self._visible(pos, self.held, lay.reach, lay.owner)  # (H, S)
+            return torch.zeros_like(visible, dtype=self._opened.dtype).masked_fill_(~visible, -math.inf)
+        if self._bias is None:  # after the prompt or a growth: from the positions held
+            self._bias = torch.where(lay.owner & (self.held > EMPTY), 0.0, -math.inf).to(self._opened.dtype)
+        elif pos < self.max_window:  # a ring still fills (after that a write replaces a visible slot)
+            self._bias.index_copy_(1, slots, self._opened)
+        return self._bias
 
     def _bucket_step(self, q: torch.Tensor, scale: float | None) -> torch.Tensor:
         """One SDPA call per kv window over that bucket's [B, n_b, capacity, D] view of the buffer."""

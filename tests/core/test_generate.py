@@ -46,12 +46,13 @@ def _decode_logits(
 @pytest.mark.parametrize("decode", ["flat", "buckets"])
 @pytest.mark.parametrize("positions", ["rope", "learned"])
 @pytest.mark.parametrize("plan_name", list(PLANS))
-@pytest.mark.parametrize("prompt_len", [1, 3, 4, 9])
+# batch 1 as well: a decode step of one row
+@pytest.mark.parametrize("batch, prompt_len", [(2, 1), (2, 3), (2, 4), (2, 9), (1, 1), (1, 4)])
 def test_cached_decoding_equals_a_full_windowed_forward_at_every_position(positions, plan_name,
-                                                                          prompt_len, decode):
+                                                                          prompt_len, decode, batch):
     model = _model(positions)
     plan = torch.tensor(PLANS[plan_name])
-    idx = torch.randint(0, 256, (2, T), generator=torch.Generator().manual_seed(1))
+    idx = torch.randint(0, 256, (batch, T), generator=torch.Generator().manual_seed(1))
     decoded = _decode_logits(model, idx, plan, prompt_len, decode)
     with torch.no_grad():
         for i, logits in enumerate(decoded):
@@ -206,3 +207,14 @@ def test_decoding_in_inference_mode_leaves_no_cached_tensor_that_training_cannot
     loss.backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(bool(torch.isfinite(g).all()) for g in grads)
+
+
+def test_the_cached_path_stays_differentiable_with_gradients_on():
+    # decode steps fuse the MLP's GELU into its addmm on CPU, an op without a backward: only without gradients
+    model = _model()
+    plan = torch.tensor(PLANS["mixed"])
+    idx = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(2))
+    cache = new_cache(model, plan)
+    logits = model.logits(model.run_layers(model.embed(idx), plan, cache=cache.layers))
+    logits.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.block(0).mlp.parameters())
