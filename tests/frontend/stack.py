@@ -21,8 +21,23 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
+# Playwright 1.65's own --disable-features list. Chromium keeps only the last --disable-features switch
+# it is given, so ours repeats Playwright's before adding to it (test_browser_chromium.py checks that none
+# is dropped, which catches a Playwright upgrade that changes the list).
+PLAYWRIGHT_DISABLED_FEATURES = [
+    "AvoidUnnecessaryBeforeUnloadCheckSync", "DestroyProfileOnBrowserClose", "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable", "LensOverlay", "MediaRouter", "PaintHolding", "ThirdPartyStoragePartitioning",
+    "AvoidCorsURLLoaderRestartOnRedirect", "TcpPortRandomizationWin", "OptimizationHints",
+    "NetworkTimeServiceQuerying", "AimEnabled", "PreconnectToSearch", "msForceBrowserSignIn",
+    "msEdgeUpdateLaunchServicesPreferredVersion"]
+# Headless Chromium 156 starts a renderer for the address bar's popup (a "top chrome" WebUI) with every
+# browser context, beside the page's own: one to two seconds of CPU a context that no test or
+# measurement looks at, taken from the page on a 2-core box. A user's browser has one per window, not
+# one per opened page, so the cold opens of bench/ui.py measured it where a user never pays it.
+NO_OMNIBOX_POPUP = ["WebUIOmniboxPopup", "WebUIOmniboxAimPopup"]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-features=" + ",".join(PLAYWRIGHT_DISABLED_FEATURES + NO_OMNIBOX_POPUP)]
 
 
 def free_port() -> int:
