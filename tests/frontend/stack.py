@@ -34,10 +34,12 @@ PLAYWRIGHT_DISABLED_FEATURES = [
 # browser context, beside the page's own: one to two seconds of CPU a context that no test or
 # measurement looks at, taken from the page on a 2-core box. A user's browser has one per window, not
 # one per opened page, so the cold opens of bench/ui.py measured it where a user never pays it.
-NO_OMNIBOX_POPUP = ["WebUIOmniboxPopup", "WebUIOmniboxAimPopup"]
+# Likewise the spare renderer it starts ahead of a profile's next navigation: every context is a new
+# profile that a test navigates once, so the spare one is never used.
+NO_EXTRA_RENDERERS = ["WebUIOmniboxPopup", "WebUIOmniboxAimPopup", "SpareRendererForSitePerProcess"]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--disable-features=" + ",".join(PLAYWRIGHT_DISABLED_FEATURES + NO_OMNIBOX_POPUP)]
+                 "--disable-features=" + ",".join(PLAYWRIGHT_DISABLED_FEATURES + NO_EXTRA_RENDERERS)]
 
 
 def free_port() -> int:

@@ -1,6 +1,6 @@
 """The Chromium the browser tests and bench/ui.py drive: started with Playwright's own disabled features
 kept (Chromium takes only the last --disable-features switch, so ours must repeat them), and with no
-address-bar popup renderer beside each opened page (tests/frontend/stack.py says why)."""
+address-bar popup renderer nor spare renderer beside each opened page (tests/frontend/stack.py says why)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def our_browser(table: dict[int, tuple[int, list[str]]]) -> int:
     return found[0]
 
 
-def test_playwrights_disabled_features_are_kept_and_the_popups_added(live):
+def test_playwrights_disabled_features_are_kept_and_ours_added(live):
     table = processes()
     argv = table[our_browser(table)][1]
     lists = [a.split("=", 1)[1].split(",") for a in argv if a.startswith("--disable-features=")]
@@ -55,20 +55,26 @@ def test_playwrights_disabled_features_are_kept_and_the_popups_added(live):
     effective = set(lists[-1])
     for earlier in lists[:-1]:
         assert set(earlier) <= effective, f"dropped by the last --disable-features: {set(earlier) - effective}"
-    assert set(S.NO_OMNIBOX_POPUP) <= effective
+    assert set(S.NO_EXTRA_RENDERERS) <= effective
 
 
-def test_an_opened_page_has_no_popup_renderer_beside_it(live):
+def renderers() -> dict[int, list[str]]:
+    """pid -> argv of the renderer processes of this process's Chromium."""
+    table = processes()
+    root = our_browser(table)
+    return {pid: argv for pid, (_, argv) in table.items()
+            if "--type=renderer" in argv and descends_from(pid, root, table)}
+
+
+def test_an_opened_page_has_only_its_own_renderer(live):
     stack, browser = live
+    before = renderers()  # pages an earlier test left open keep theirs
     context = browser.new_context()
     try:
         page = context.new_page()
         page.goto(f"{stack.ui_url}/_stcore/health")
-        table = processes()
-        root = our_browser(table)
-        renderers = [argv for pid, (_, argv) in table.items()
-                     if "--type=renderer" in argv and descends_from(pid, root, table)]
-        assert renderers, "the page's renderer is not among the browser's processes"
-        assert not [argv for argv in renderers if "--top-chrome-webui" in argv]
+        started = [argv for pid, argv in renderers().items() if pid not in before]
+        assert not [argv for argv in started if "--top-chrome-webui" in argv]
+        assert len(started) == 1, started
     finally:
         context.close()
