@@ -6,7 +6,9 @@ dashboard on this machine.
 Each measured edit goes to a head not edited before, so every plan is new (no cache hit on either
 side). The clock is the page's own `performance.now()`: taken just before the click is dispatched,
 and again on the first animation frame where the metrics caption names the new plan (the loss is
-rendered in the same fragment update). Writes bench/results/ui-<machine>.json.
+rendered in the same fragment update). Chromium runs as tests/frontend/stack.py starts it: without the
+address-bar popup and spare renderers that headless Chromium starts with every new context (a user's
+browser has them once, not once per opened page). Writes bench/results/ui-<machine>.json.
 
     python -m bench.ui [--edits 15] [--warmup 2] [--opens 5]
 """
