@@ -11,9 +11,11 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aah_core.config import RunConfig
-from aah_core.train import Callback
+if TYPE_CHECKING:  # only in annotations: `aah serve`, `aah submit` and `aah sync` never import torch
+    from aah_core.config import RunConfig
+    from aah_core.train import Callback
 
 DEFAULT_URI = "http://127.0.0.1:8000"
 RUN_ENV, SECRET_ENV = "AAH_TRACKING_RUN_ID", "AAH_TRACKING_SECRET"  # set by the server for the jobs it submits

@@ -161,3 +161,14 @@ def test_serve_rejects_a_bad_port_variable(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "AAH_UI_PORT='eighty' is not a port number" in result.stderr
+
+
+def test_the_command_line_and_the_supervisor_import_no_torch() -> None:
+    """`aah serve`, `aah submit` and `aah sync` start without importing torch (about 2 s of CPU each): the
+    engine's and tracking's package names are imported on first use."""
+    code = ("import sys\nimport aah_launcher.cli, aah_launcher.serve, aah_launcher.submit, aah_tracking.cli\n"
+            "import aah_core, aah_tracking\nprint(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
+            "print(aah_core.AAHError.__name__, aah_tracking.Transport.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:2] == ["[]", "AAHError Transport"]
