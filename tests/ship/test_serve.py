@@ -31,13 +31,16 @@ def _get(url: str) -> tuple[int, bytes]:
 class Served:
     """`python -m aah_launcher.cli serve` in the background, its output collected line by line."""
 
-    def __init__(self, data_dir: Path, demo_dir: Path | None) -> None:
+    def __init__(self, data_dir: Path, demo_dir: Path | None, warm_up: bool) -> None:
         self.api_port, self.ui_port = free_port(), free_port()
         while self.ui_port == self.api_port:
             self.ui_port = free_port()
         env = {**os.environ, "AAH_DATA_DIR": str(data_dir), "AAH_API_PORT": str(self.api_port),
                "AAH_UI_PORT": str(self.ui_port), "AAH_TORCH_THREADS": "1"}
         env.pop("AAH_API_TOKEN", None)
+        env.pop("AAH_WARM_UP", None)
+        if not warm_up:
+            env["AAH_WARM_UP"] = "false"
         if demo_dir is not None:
             env["AAH_DEMO_DIR"] = str(demo_dir)
         self.lines: list[str] = []
@@ -89,12 +92,21 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def served(data_dir: Path, demo_dir: Path | None):
-    server = Served(data_dir, demo_dir)
+def serve(data_dir: Path, demo_dir: Path | None):
+    """Starts `aah serve`: with warm_up, exactly as `make demo` runs it; without, the API skips its warm-up (the
+    editor's first numbers, ~4 s of CPU before /health, tested in tests/backend/test_warm_up.py), which
+    stopping and supervising do not touch."""
+    servers: list[Served] = []
+
+    def start(warm_up: bool) -> Served:
+        servers.append(Served(data_dir, demo_dir, warm_up))
+        return servers[-1]
+
     try:
-        yield server
+        yield start
     finally:
-        server.kill_all()
+        for server in servers:
+            server.kill_all()
 
 
 def _check_running(server: Served) -> set[int]:
@@ -118,7 +130,8 @@ def _check_running(server: Served) -> set[int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_serve_starts_answers_and_stops_cleanly(served: Served, sig: signal.Signals) -> None:
+def test_serve_starts_answers_and_stops_cleanly(serve, sig: signal.Signals) -> None:
+    served = serve(warm_up=sig == signal.SIGINT)  # Ctrl-C: the whole of `make demo`
     served.wait_ready()
     tree = _check_running(served)
     served.proc.send_signal(sig)
@@ -129,7 +142,8 @@ def test_serve_starts_answers_and_stops_cleanly(served: Served, sig: signal.Sign
 
 
 @pytest.mark.slow
-def test_serve_stops_the_other_service_when_one_dies(served: Served) -> None:
+def test_serve_stops_the_other_service_when_one_dies(serve) -> None:
+    served = serve(warm_up=False)
     served.wait_ready()
     tree = _check_running(served)
     api_pid = next(pid for pid in tree if "uvicorn" in Path(f"/proc/{pid}/cmdline").read_bytes().decode())
@@ -168,7 +182,7 @@ def test_the_command_line_and_the_supervisor_import_no_torch() -> None:
     engine's and tracking's package names are imported on first use."""
     code = ("import sys\nimport aah_launcher.cli, aah_launcher.serve, aah_launcher.submit, aah_tracking.cli\n"
             "import aah_core, aah_tracking\nprint(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
-            "print(aah_core.AAHError.__name__, aah_tracking.Transport.__name__)")
+            "print(aah_core.AAHError.__name__, 'TrackingCallback' in dir(aah_tracking))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split("\n")[:2] == ["[]", "AAHError Transport"]
+    assert out.stdout.split("\n")[:2] == ["[]", "AAHError True"]
