@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from aah_core.config import RunConfig
 from aah_core.data.tokenizers import make_tokenizer
 from aah_core.errors import AAHError, CheckpointError
+from aah_core.meta import shapes_only
 from aah_core.model import WindowedGPT
 from aah_core.paths import ReadRoots, confine_data_paths, confine_folder_files
 from aah_core.windows import plan_to_json, validate_plan
@@ -148,9 +149,10 @@ def _unreadable_weights(path: Path, exc: Exception) -> CheckpointError:
 
 def _stored_params(path: Path, config: RunConfig) -> int:
     """Elements in model.safetensors (read from its header), after checking every stored tensor's name and
-    shape against the model the config describes, built on the meta device (nothing is allocated): a
-    config.json with huge dimensions is refused here, before a model of that size is ever built."""
-    with torch.device("meta"):
+    shape against the model the config describes, built on the meta device for its shapes only (nothing is
+    allocated or initialised): a config.json with huge dimensions is refused here, before a model of that
+    size is ever built."""
+    with shapes_only():
         expected = {k: tuple(v.shape) for k, v in WindowedGPT(config.model).state_dict().items() if k != TIED}
     try:
         with safe_open(str(path / "model.safetensors"), framework="pt") as f:

@@ -38,10 +38,14 @@ class Rotary(nn.Module):
 
     def __init__(self, head_dim: int, seq_len: int, base: float) -> None:
         super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-        angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv_freq)  # (T, D/2)
-        self.register_buffer("cos", angles.cos().float(), persistent=False)
-        self.register_buffer("sin", angles.sin().float(), persistent=False)
+        # computed on the CPU whatever the default device, then moved to it: the same values everywhere (and
+        # on meta, where the model is built for its shapes, no Python meta kernels: aah_core/meta.py)
+        cpu = torch.device("cpu")
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=cpu) / head_dim))
+        angles = torch.outer(torch.arange(seq_len, dtype=torch.float64, device=cpu), inv_freq)  # (T, D/2)
+        device = torch.get_default_device()
+        self.register_buffer("cos", angles.cos().float().to(device), persistent=False)
+        self.register_buffer("sin", angles.sin().float().to(device), persistent=False)
         self._tables: dict[tuple[torch.device, torch.dtype, torch.dtype], torch.Tensor] = {}
 
     def table(self, dtype: torch.dtype) -> torch.Tensor:
