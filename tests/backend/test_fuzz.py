@@ -36,10 +36,23 @@ def _fuzzed_app() -> tuple[FastAPI, schemathesis.schemas.BaseSchema]:
 
 
 # The schemas come from the app objects without starting them. Schemathesis starts an app's lifespan
-# itself on its first fuzzed request (and keeps it for the process), so the fixtures below only have
-# to hand each app its real settings first: a temp store (SQLite, or a PostgreSQL schema) with the tiny demo.
+# itself on its first fuzzed request, so the fixtures below only have to hand each app its real settings
+# first: a temp store (SQLite, or a PostgreSQL schema) with the tiny demo.
 app, schema = _fuzzed_app()
 pg_app, pg_schema = _fuzzed_app()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_server_per_module():
+    """Each app serves the whole module from one lifespan, as a running server does. Schemathesis' pytest
+    plugin (4.32) ends every started lifespan at each test's teardown, so each of the ~100 tests started its
+    app again (store, seeding, model load: ~0.3 s of CPU each); here the lifespans end with the module."""
+    from schemathesis.python import asgi
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(asgi, "shutdown_lifespans", lambda: None)  # the plugin looks it up on the module
+        yield
+    asgi.shutdown_lifespans()
 
 
 @pytest.fixture(scope="module", autouse=True)
