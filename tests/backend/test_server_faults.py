@@ -35,7 +35,7 @@ def live(tmp_path_factory):
     data, log = base / "data", base / "api.log"
     port = free_port()
     env = {**os.environ, "AAH_DATA_DIR": str(data), "AAH_API_TOKEN": TOKEN, "AAH_SEED_DEMO": "false",
-           "AAH_SEED_PAPER": "false", "AAH_REQUEST_TIMEOUT_S": str(READ_TIMEOUT_S),
+           "AAH_SEED_PAPER": "false", "AAH_SEED_SUITE": "false", "AAH_REQUEST_TIMEOUT_S": str(READ_TIMEOUT_S),
            "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen(api_command(port), env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
