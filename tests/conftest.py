@@ -1,10 +1,10 @@
 import os
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from backend.store.db import sqlite_url
 from tests.postgres import PostgresServer, find_bin_dir
@@ -63,10 +63,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 @pytest.fixture(autouse=True)
 def _restore_torch_defaults():
-    """Tests may switch the default dtype or seed; put both back afterwards."""
-    dtype = torch.get_default_dtype()
+    """Tests may switch the default dtype; put it back afterwards. torch is imported by the tests that use it,
+    not here: a pytest process whose tests need none (the nested `make pytest` of tests/ship/test_make_test.py)
+    does not import it (~2 s of CPU)."""
+    loaded = sys.modules.get("torch")
+    dtype = loaded.get_default_dtype() if loaded is not None else None
     yield
-    torch.set_default_dtype(dtype)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_default_dtype(dtype if dtype is not None else torch.float32)  # float32: torch's own default
 
 
 @pytest.fixture(scope="session")
