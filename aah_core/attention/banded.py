@@ -235,10 +235,14 @@ def windowed_bucket(
     vb = _block_keys(v, sinks + 1, n, c, L, sinks)
     mask = band_mask(c, w, q.dtype, q.device, sinks)  # (c, keys), broadcast over (B*Hb, n)
     body = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+    if out is not None and not extra:  # one strided copy: SDPA's output is laid out (B*Hb, c, n, D)
+        out[:, :, :h] = head  # rows written in place: no cat per bucket, then another over buckets
+        out[:, :, h:].unflatten(2, (n, c)).copy_(body.view(B, Hb, n, c, D))
+        return out
     body = body.reshape(B, Hb, n * c, D)  # (B, Hb, n*c, D)
     if out is None:
         return torch.cat([head, body[:, :, : T - h] if extra else body], dim=2)  # (B, Hb, T, D)
-    out[:, :, :h] = head  # rows written in place: no cat per bucket, then another over buckets
+    out[:, :, :h] = head
     out[:, :, h:] = body[:, :, : T - h] if extra else body
     return out
 
@@ -268,7 +272,9 @@ def run_buckets(
     sizes = [n for _, n in groups]
     pieces = zip(q.split(sizes, dim=1), k.split(sizes, dim=1), v.split(sizes, dim=1))  # (B, Hb, T, D) views
     if write_into:
-        out, first = q.new_empty(q.shape), 0
+        B, H, T, D = q.shape
+        # laid out (B, T, H, D) like SDPA's own output: the caller's transpose to (B, T, C) is then a view
+        out, first = q.new_empty(B, T, H, D).transpose(1, 2), 0
         for (w, n), (qb, kb, vb) in zip(groups, pieces):
             bucket_fn(qb, kb, vb, w, out.narrow(1, first, n))  # narrow, not split: split's views refuse in-place writes
             first += n
