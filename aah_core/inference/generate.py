@@ -17,9 +17,11 @@ import torch
 
 from aah_core.errors import AAHError
 from aah_core.inference.kvcache import KVCache
+from aah_core.inference.threads import one_thread
 from aah_core.model_api import WindowedLM
 
 StopReason = Literal["max_new_tokens", "context"]
+DECODE_ONE_THREAD_BATCH = 16  # decode steps of at most this many sequences run on one thread (0: never)
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,17 @@ def forward_cached(model: WindowedLM, idx: torch.Tensor, cache: KVCache, plan: t
 
     In inference mode (about 13 % less CPU time per decode step than no_grad at the demo's size): the
     cache's tensors are inference tensors, so a cache is used through this function only, and what the
-    engine caches across calls (band masks, rotary tables) is made outside inference mode."""
+    engine caches across calls (band masks, rotary tables) is made outside inference mode.
+
+    A decode step of up to DECODE_ONE_THREAD_BATCH sequences runs on one intra-op thread of the calling
+    thread (inference/threads.py), its large attention calls excepted (kvcache.PARALLEL_CALL_WORK)."""
+    if idx.shape[1] == 1 and idx.shape[0] <= DECODE_ONE_THREAD_BATCH and idx.device.type == "cpu":
+        with one_thread():
+            return _forward_cached(model, idx, cache, plan)
+    return _forward_cached(model, idx, cache, plan)
+
+
+def _forward_cached(model: WindowedLM, idx: torch.Tensor, cache: KVCache, plan: torch.Tensor) -> torch.Tensor:
     x = model.embed(idx, cache.start)
     return model.logits(model.run_layers(x, plan, cache=cache.layers)[:, -1:])[:, 0]
 
