@@ -33,14 +33,14 @@ from bench.engine import mixed_plan
 
 
 @contextmanager
-def _mode(batch: int, call_work: float) -> Iterator[None]:
-    """Decode steps of up to `batch` sequences on one thread, attention calls of >= call_work products split."""
-    saved = generate.DECODE_ONE_THREAD_BATCH, kvcache.PARALLEL_CALL_WORK
-    generate.DECODE_ONE_THREAD_BATCH, kvcache.PARALLEL_CALL_WORK = batch, call_work
+def _mode(step_work: float, call_work: float) -> Iterator[None]:
+    """Decode steps of rows x width^2 <= step_work on one thread, attention calls of >= call_work products split."""
+    saved = generate.DECODE_ONE_THREAD_WORK, kvcache.PARALLEL_CALL_WORK
+    generate.DECODE_ONE_THREAD_WORK, kvcache.PARALLEL_CALL_WORK = step_work, call_work  # type: ignore[assignment]
     try:
         yield
     finally:
-        generate.DECODE_ONE_THREAD_BATCH, kvcache.PARALLEL_CALL_WORK = saved
+        generate.DECODE_ONE_THREAD_WORK, kvcache.PARALLEL_CALL_WORK = saved
 
 
 # threads: torch's threads for every operation (before issue 26's change); engine: as shipped;
@@ -48,7 +48,7 @@ def _mode(batch: int, call_work: float) -> Iterator[None]:
 MODES = {
     "threads": lambda: _mode(0, kvcache.PARALLEL_CALL_WORK),
     "engine": nullcontext,
-    "one_thread": lambda: _mode(generate.DECODE_ONE_THREAD_BATCH or 16, float("inf")),
+    "one_thread": lambda: _mode(float("inf"), float("inf")),
 }
 
 

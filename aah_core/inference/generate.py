@@ -21,7 +21,9 @@ from aah_core.inference.threads import one_thread
 from aah_core.model_api import WindowedLM
 
 StopReason = Literal["max_new_tokens", "context"]
-DECODE_ONE_THREAD_BATCH = 16  # decode steps of at most this many sequences run on one thread (0: never)
+# a decode step whose rows x width^2 (a twelfth of a layer's GEMM products) is at most this runs on one
+# intra-op thread (0: never): the demo's width (128) up to 16 sequences; a GPT-2-small width (768), not measured, never
+DECODE_ONE_THREAD_WORK = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,10 @@ def forward_cached(model: WindowedLM, idx: torch.Tensor, cache: KVCache, plan: t
     cache's tensors are inference tensors, so a cache is used through this function only, and what the
     engine caches across calls (band masks, rotary tables) is made outside inference mode.
 
-    A decode step of up to DECODE_ONE_THREAD_BATCH sequences runs on one intra-op thread of the calling
-    thread (inference/threads.py), its large attention calls excepted (kvcache.PARALLEL_CALL_WORK)."""
-    if idx.shape[1] == 1 and idx.shape[0] <= DECODE_ONE_THREAD_BATCH and idx.device.type == "cpu":
+    A small decode step (DECODE_ONE_THREAD_WORK) runs on one intra-op thread of the calling thread
+    (inference/threads.py), its large attention calls excepted (kvcache.PARALLEL_CALL_WORK)."""
+    width = model.n_head * model.head_dim
+    if idx.shape[1] == 1 and idx.shape[0] * width * width <= DECODE_ONE_THREAD_WORK and idx.device.type == "cpu":
         with one_thread():
             return _forward_cached(model, idx, cache, plan)
     return _forward_cached(model, idx, cache, plan)

@@ -62,7 +62,7 @@ def test_decode_steps_run_on_one_thread_and_stay_exact(two_threads, monkeypatch,
             ref = model(idx[:, : t + 1], plan=plan, backend="reference")[0][:, -1]
         torch.testing.assert_close(logits, ref, rtol=0, atol=1e-5)
     assert counts == [1] * (2 * 14) and torch.get_num_threads() == 2
-    monkeypatch.setattr(generate, "DECODE_ONE_THREAD_BATCH", 1)  # batch 2 is then above the limit
+    monkeypatch.setattr(generate, "DECODE_ONE_THREAD_WORK", 32 * 32)  # batch 2 at width 32 is then above it
     counts.clear()
     forward_cached(model, idx[:, :1], new_cache(model, plan), plan)
     assert not counts
