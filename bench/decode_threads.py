@@ -109,6 +109,7 @@ def main() -> None:
         if worker.is_alive():
             worker.join()  # torch must not be mid-call in a thread when the interpreter exits
     payload = {"bench": "decode_threads", "T": args.T, "threads": torch.get_num_threads(), "eval_thread": args.eval_thread,
+               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                "evaluations_done": done[0], "loadavg_before": load, "loadavg_after": os.getloadavg(), "rows": rows}
     print(f"wrote {write_result('-'.join(['decode-threads', *filter(None, [args.tag])]), payload)}")
 
