@@ -151,6 +151,63 @@ def _block_keys(t: torch.Tensor, start: int, n: int, c: int, L: int, sinks: int 
     return BandView.apply(laid.view(B, Hb, chunks * P, D), n, M * P, P)  # (B*Hb, n, M*(s+c), D)
 
 
+# CPU flash attention that also returns each row's log-sum-exp (what F.scaled_dot_product_attention runs on CPU)
+_FLASH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+BALANCE_MIN_T = 1024  # shorter causal calls keep one call: the split's extra calls and merge cost more there
+_BALANCE_DTYPES = (torch.float32, torch.float64)  # the merge runs in the output dtype
+
+
+def causal(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float, scale: float | None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Causal SDPA of q, k, v [B, Hb, T, D] (written into `out` when given), split in halves of equal work
+    when one call would leave CPU threads idle.
+
+    ATen's CPU flash kernel hands each thread a contiguous run of (batch, head, query block) items, and a
+    causal query block costs as many keys as its position: with B*Hb heads that do not divide evenly over
+    the threads, the thread with the last blocks does most of the work (one head on 2 threads: 0.74 of the
+    serial time instead of 0.5; the mixed plan's full-context head at batch 1, issue 26). Split rows and
+    keys in halves a, b: rows of a see keys a causally and rows of b keys b causally (one call, 2*B*Hb
+    equal heads), rows of b also see all of keys a (one call without a mask, equal blocks); the two parts
+    of b's rows are merged by their log-sum-exps. The same pairs are computed; inference only (the kernel's
+    log-sum-exp has no gradient here)."""
+    B, Hb, T, _ = q.shape
+    wants_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if (_FLASH_LSE is None or q.device.type != "cpu" or dropout_p or wants_grad or q.dtype not in _BALANCE_DTYPES
+            or not split_pays(B * Hb, T, torch.get_num_threads())):
+        full = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+        return full if out is None else out.copy_(full)
+    return balanced_causal(q, k, v, scale, out)
+
+
+def split_pays(heads: int, T: int, threads: int) -> bool:
+    """Whether causal() splits: heads (B*Hb) that leave threads unevenly loaded, T long and even."""
+    return threads > 1 and heads % threads != 0 and T >= BALANCE_MIN_T and T % 2 == 0
+
+
+def balanced_causal(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """causal()'s split (CPU, no gradient, T even): q, k, v [B, Hb, T, D] -> [B, Hb, T, D]."""
+    assert _FLASH_LSE is not None
+    B, Hb, T, D = q.shape
+    h = T // 2
+
+    def halves(t: torch.Tensor) -> torch.Tensor:  # (B, 2*Hb, h, D): each head's first rows, then its last
+        return t.reshape(B, Hb, 2, h, D).flatten(1, 2)
+
+    diag, diag_lse = _FLASH_LSE(halves(q), halves(k), halves(v), 0.0, True, scale=scale)  # (B, 2Hb, h, D), (B, 2Hb, h)
+    diag, diag_lse = diag.view(B, Hb, 2, h, D), diag_lse.view(B, Hb, 2, h)
+    past, past_lse = _FLASH_LSE(q[:, :, h:], k[:, :, :h], v[:, :, :h], 0.0, False, scale=scale)  # (B, Hb, h, D)
+    lse = torch.logaddexp(diag_lse[:, :, 1], past_lse)  # (B, Hb, h): rows of b over all their keys
+    out = q.new_empty(q.shape) if out is None else out
+    out[:, :, :h] = diag[:, :, 0]
+    torch.mul(diag[:, :, 1], (diag_lse[:, :, 1] - lse).exp_().unsqueeze(-1), out=out[:, :, h:])
+    out[:, :, h:].addcmul_(past, (past_lse - lse).exp_().unsqueeze(-1))
+    return out
+
+
 def windowed_bucket(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: int, dropout_p: float, scale: float | None,
     sinks: int = 0, out: torch.Tensor | None = None,
@@ -161,8 +218,7 @@ def windowed_bucket(
     B, Hb, T, D = q.shape
     h = w + sinks  # rows i < w + s still see the whole prefix (their window reaches the sinks)
     if h >= T:
-        full = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
-        return full if out is None else out.copy_(full)
+        return causal(q, k, v, dropout_p, scale, out)
     q_head, q_body = q.split([h, T - h], dim=2)  # (B, Hb, h, D), (B, Hb, T-h, D)
     head = F.scaled_dot_product_attention(
         q_head, k[:, :, :h], v[:, :, :h], dropout_p=dropout_p, is_causal=True, scale=scale
@@ -179,10 +235,14 @@ def windowed_bucket(
     vb = _block_keys(v, sinks + 1, n, c, L, sinks)
     mask = band_mask(c, w, q.dtype, q.device, sinks)  # (c, keys), broadcast over (B*Hb, n)
     body = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+    if out is not None and not extra:  # one strided copy: SDPA's output is laid out (B*Hb, c, n, D)
+        out[:, :, :h] = head  # rows written in place: no cat per bucket, then another over buckets
+        out[:, :, h:].unflatten(2, (n, c)).copy_(body.view(B, Hb, n, c, D))
+        return out
     body = body.reshape(B, Hb, n * c, D)  # (B, Hb, n*c, D)
     if out is None:
         return torch.cat([head, body[:, :, : T - h] if extra else body], dim=2)  # (B, Hb, T, D)
-    out[:, :, :h] = head  # rows written in place: no cat per bucket, then another over buckets
+    out[:, :, :h] = head
     out[:, :, h:] = body[:, :, : T - h] if extra else body
     return out
 
@@ -212,7 +272,9 @@ def run_buckets(
     sizes = [n for _, n in groups]
     pieces = zip(q.split(sizes, dim=1), k.split(sizes, dim=1), v.split(sizes, dim=1))  # (B, Hb, T, D) views
     if write_into:
-        out, first = q.new_empty(q.shape), 0
+        B, H, T, D = q.shape
+        # laid out (B, T, H, D) like SDPA's own output: the caller's transpose to (B, T, C) is then a view
+        out, first = q.new_empty(B, T, H, D).transpose(1, 2), 0
         for (w, n), (qb, kb, vb) in zip(groups, pieces):
             bucket_fn(qb, kb, vb, w, out.narrow(1, first, n))  # narrow, not split: split's views refuse in-place writes
             first += n

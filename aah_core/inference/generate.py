@@ -17,9 +17,13 @@ import torch
 
 from aah_core.errors import AAHError
 from aah_core.inference.kvcache import KVCache
+from aah_core.inference.threads import one_thread
 from aah_core.model_api import WindowedLM
 
 StopReason = Literal["max_new_tokens", "context"]
+# a decode step whose rows x width^2 (a twelfth of a layer's GEMM products) is at most this runs on one
+# intra-op thread (0: never): the demo's width (128) up to 16 sequences; a GPT-2-small width (768), not measured, never
+DECODE_ONE_THREAD_WORK = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,18 @@ def forward_cached(model: WindowedLM, idx: torch.Tensor, cache: KVCache, plan: t
 
     In inference mode (about 13 % less CPU time per decode step than no_grad at the demo's size): the
     cache's tensors are inference tensors, so a cache is used through this function only, and what the
-    engine caches across calls (band masks, rotary tables) is made outside inference mode."""
+    engine caches across calls (band masks, rotary tables) is made outside inference mode.
+
+    A small decode step (DECODE_ONE_THREAD_WORK) runs on one intra-op thread of the calling thread
+    (inference/threads.py), its large attention calls excepted (kvcache.PARALLEL_CALL_WORK)."""
+    width = model.n_head * model.head_dim
+    if idx.shape[1] == 1 and idx.shape[0] * width * width <= DECODE_ONE_THREAD_WORK and idx.device.type == "cpu":
+        with one_thread():
+            return _forward_cached(model, idx, cache, plan)
+    return _forward_cached(model, idx, cache, plan)
+
+
+def _forward_cached(model: WindowedLM, idx: torch.Tensor, cache: KVCache, plan: torch.Tensor) -> torch.Tensor:
     x = model.embed(idx, cache.start)
     return model.logits(model.run_layers(x, plan, cache=cache.layers)[:, -1:])[:, 0]
 

@@ -48,10 +48,15 @@ import torch.nn.functional as F
 
 from aah_core.attention import windowed_attention
 from aah_core.errors import InvalidWindowPlan
+from aah_core.inference.threads import all_threads
 from aah_core.windows import check_sinks
 
 MIN_CAPACITY = 16  # a growing buffer starts with at least this many slots
 FLAT_WASTE_PER_CALL = 150_000  # choose_decode: wasted score products that cost about one attention call
+# A decode step runs on one intra-op thread (generate.forward_cached); a bucket's attention call over more than
+# one (sequence, kv head) with at least this many products (queries x keys x dim) gets the threads back: about
+# 60 us of work at one thread, which a split saves more of than a thread wake costs (inference/threads.py)
+PARALLEL_CALL_WORK = 1 << 18
 
 
 def kv_head_windows(windows: Sequence[int], n_kv_head: int) -> list[int]:
@@ -313,7 +318,11 @@ class LayerKVCache:
                 assert self.held is not None
                 held = self.held[b.first : b.first + b.n * b.capacity].view(b.n, b.capacity)[:, :length].unsqueeze(1)
                 mask = self._visible(pos, held, b.q_windows.unsqueeze(-1), True)
-            outs.append(F.scaled_dot_product_attention(qb, keys, values, attn_mask=mask, scale=scale))  # (B, n_b, g, D)
+            if B * b.n > 1 and B * b.n * self.group * length * D >= PARALLEL_CALL_WORK:  # worth a thread wake
+                with all_threads():
+                    outs.append(F.scaled_dot_product_attention(qb, keys, values, attn_mask=mask, scale=scale))
+            else:
+                outs.append(F.scaled_dot_product_attention(qb, keys, values, attn_mask=mask, scale=scale))  # (B, n_b, g, D)
         out = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]  # (B, n, g, D) in bucket order
         if self._inverse is not None:
             out = out.index_select(1, self._inverse)

@@ -137,6 +137,39 @@ def test_band_view_gradient_is_unfolds(P, n, L, c):
                                rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("B, H, T", [(1, 1, 64), (1, 3, 38), (2, 1, 2), (3, 5, 130)])
+def test_balanced_causal_matches_reference(B, H, T):
+    # the split of causal attention in halves of equal work (merged by log-sum-exp), with and without `out`
+    q, k, v = _qkv(B, H, T)
+    ref = windowed_attention(q, k, v, [T] * H, backend="reference", scale=0.3)
+    with torch.inference_mode():
+        torch.testing.assert_close(banded.balanced_causal(q, k, v, 0.3), ref, rtol=1e-12, atol=1e-12)
+        out = torch.full_like(q, float("nan"))
+        assert banded.balanced_causal(q, k, v, 0.3, out) is out
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_banded_splits_causal_calls_only_where_threads_idle(monkeypatch):
+    assert banded.split_pays(1, 4096, 2) and banded.split_pays(3, 4096, 2) and banded.split_pays(2, 4096, 4)
+    assert not banded.split_pays(2, 4096, 2) and not banded.split_pays(1, 4096, 1)
+    assert not banded.split_pays(1, banded.BALANCE_MIN_T - 2, 2) and not banded.split_pays(1, 4097, 2)
+    # through windowed_attention: the full-window head of a mixed plan takes the split without gradients only
+    calls = []
+    monkeypatch.setattr(banded, "BALANCE_MIN_T", 16)
+    monkeypatch.setattr(banded, "balanced_causal", lambda *a: calls.append(1) or BALANCED(*a))
+    monkeypatch.setattr(banded.torch, "get_num_threads", lambda: 2)
+    q, k, v = _qkv(1, 2, 40, grad=True)
+    ref = windowed_attention(q, k, v, [5, 40], backend="reference")
+    torch.testing.assert_close(windowed_attention(q, k, v, [5, 40], backend="banded"), ref, rtol=1e-12, atol=1e-12)
+    assert not calls
+    with torch.no_grad():
+        torch.testing.assert_close(windowed_attention(q, k, v, [5, 40], backend="banded"), ref, rtol=1e-12, atol=1e-12)
+    assert calls == [1]
+
+
+BALANCED = banded.balanced_causal
+
+
 def test_banded_reorders_scattered_heads_once():
     assert banded.buckets((5, 100, 5, 1), 50) == (((5, 2), (50, 1), (1, 1)), (0, 2, 1, 3))
     assert banded.buckets((1, 1, 64, 64, 200), 128) == (((1, 2), (64, 2), (128, 1)), None)
