@@ -29,6 +29,7 @@ from aah_core.config import RunConfig
 from aah_core.controller import Controller, build_controller
 from aah_core.data import DataStream, copy_chance
 from aah_core.model import WindowedGPT
+from aah_core.optim import AdamW
 from aah_core.train_state import capture_train_state, restore_train_state
 from aah_core.windows import coverage_metrics, plan_to_json, window_fractions
 
@@ -205,15 +206,16 @@ def training_data(config: RunConfig, rank: int, start_step: int) -> DataStream:
     return data
 
 
-def build_optimizer(model: WindowedGPT, controller: Controller, config: RunConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only; the controller's own parameters, if any, undecayed."""
+def build_optimizer(model: WindowedGPT, controller: Controller, config: RunConfig) -> AdamW:
+    """AdamW with weight decay on matrices only; the controller's own parameters, if any, undecayed
+    (`aah_core.optim.AdamW`: torch's arithmetic without importing torch._dynamo)."""
     t = config.train
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if controller.parameters():
         groups.append({"params": controller.parameters(), "weight_decay": 0.0})
-    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2))
+    return AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2))
 
 
 @dataclass
@@ -228,7 +230,7 @@ class _Run:
     model: WindowedGPT
     controller: Controller
     data: DataStream
-    optimizer: torch.optim.AdamW
+    optimizer: AdamW
     callbacks: list[Callback]
     meta: dict[str, Any]
     good_evals: int = 0  # consecutive evaluations that met the early-stop rule
@@ -262,7 +264,7 @@ def optimize_step(run: _Run, ddp: torch.nn.Module, step: int) -> dict[str, float
         _, loss = ddp(x, y, backend=tcfg.backend)
         extra = run.controller.extra_loss()
         total = loss if extra is None else loss + extra
-    run.optimizer.zero_grad(set_to_none=True)
+    run.optimizer.zero_grad()
     total.backward()
     if tcfg.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(run.model.parameters(), tcfg.grad_clip)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import torch
 
 from aah_core.errors import CheckpointError
+from aah_core.optim import AdamW
 
 OPTIMIZER = "optimizer."  # optimizer.<parameter index>.<state key>, e.g. optimizer.3.exp_avg
 CPU_RNG, CUDA_RNG, GOOD_EVALS = "rng.cpu", "rng.cuda", "early_stop.good_evals"
 
 
-def capture_train_state(optimizer: torch.optim.Optimizer, device: torch.device, good_evals: int) -> dict[str, torch.Tensor]:
+def capture_train_state(optimizer: AdamW, device: torch.device, good_evals: int) -> dict[str, torch.Tensor]:
     """The resumable state of a run at a step boundary, as CPU tensors keyed by name."""
     state = {
         f"{OPTIMIZER}{index}.{key}": (value if isinstance(value, torch.Tensor) else torch.tensor(value)).detach().cpu()
@@ -30,7 +31,7 @@ def capture_train_state(optimizer: torch.optim.Optimizer, device: torch.device, 
     return state
 
 
-def restore_train_state(state: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer, device: torch.device) -> int:
+def restore_train_state(state: dict[str, torch.Tensor], optimizer: AdamW, device: torch.device) -> int:
     """Load `state` into a freshly built `optimizer` and the generators; returns the early-stop count.
     Raises CheckpointError when the saved moments do not fit the optimizer's parameters."""
     missing = [name for name in (CPU_RNG, GOOD_EVALS) if name not in state]
