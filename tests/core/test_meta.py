@@ -1,5 +1,6 @@
 """aah_core.meta.shapes_only: a model built for its shapes is the model a real build gives, minus the values,
-and reading a checkpoint's info (an API start, an upload check) does not import torch._dynamo."""
+and neither reading a checkpoint's info (an API start, an upload check) nor training (aah_core.optim.AdamW)
+imports torch._dynamo."""
 
 from __future__ import annotations
 
@@ -40,13 +41,20 @@ def test_initialisers_still_run_on_real_tensors_inside() -> None:
     assert torch.empty(1).device.type == "cpu"  # the default device is put back
 
 
-def test_reading_a_checkpoints_info_imports_no_dynamo(tmp_path: Path) -> None:
+def test_reading_a_checkpoint_and_training_import_no_dynamo(tmp_path: Path) -> None:
+    """One process for both (importing torch is most of its cost): the checks run in turn, each reported."""
     config = get_preset("tiny")
     folder = save_checkpoint(tmp_path / "ckpt", WindowedGPT(config.model), config)
     code = ("import sys\nfrom aah_core.checkpoint import read_checkpoint_info, load_checkpoint\n"
             f"info = read_checkpoint_info({str(folder)!r})\nload_checkpoint({str(folder)!r})\n"
-            "print(info.n_params, 'torch._dynamo' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+            "print(info.n_params, 'torch._dynamo' in sys.modules)\n"
+            "from aah_core.config import apply_overrides\nfrom aah_core.presets import get_preset\n"
+            "from aah_core.train import train\n"
+            "cfg = apply_overrides(get_preset('tiny'), {'train.max_steps': 2, 'train.eval_every': 2})\n"
+            f"result = train(cfg, {str(tmp_path / 'trained')!r})\n"
+            "print(result.status, result.step, 'torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     n_params = sum(p.numel() for p in WindowedGPT(config.model).parameters())
-    assert out.stdout.split() == [str(n_params), "False"]
+    # a training run: model, optimizer steps (AdamW: aah_core.optim), evaluation and checkpoints
+    assert out.stdout.split("\n")[:2] == [f"{n_params} False", "FINISHED 2 False"]
