@@ -29,15 +29,15 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 from operator import itemgetter
-from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Row, TextClause, bindparam, or_, select, text
 from sqlalchemy.orm import Session
 
 from backend.schemas.runs import MIN_POINTS, MetricSeries, NonFinite
 from backend.store import rollups
-from backend.store.db import BINARY_RESULTS
+from backend.store.db import driver_rows
 from backend.store.run_store import IN_BATCH, batched, run_exists
 from backend.store.tables import LatestMetric, Metric
 
@@ -152,7 +152,7 @@ def _row_counts(s: Session, run_id: int, keys: Sequence[str] | None) -> dict[str
         return dict(s.execute(query.order_by(LatestMetric.key)).all())
     unique = list(dict.fromkeys(keys))
     if len(unique) == 1:  # (an expanding IN is compiled again for every read)
-        return dict(s.execute(_ROW_COUNT, {"run": run_id, "key": unique[0]}).all())
+        return dict(driver_rows(s.connection(), _ROW_COUNT, {"run": run_id, "key": unique[0]}))
     return {k: n for chunk in batched(unique) for k, n in s.execute(_ROW_COUNTS, {"run": run_id, "keys": chunk})}
 
 
@@ -226,9 +226,10 @@ def _read_range(conn: Connection, run_id: int, key: str, min_step: int | None, m
     else reduced (then True); and its non-finite rows."""
     bounds = {"run": run_id, "key": key, "lo": _ALL_STEPS[0] if min_step is None else min_step,
               "hi": _ALL_STEPS[1] if max_step is None else max_step}
-    ends = conn.execute(_ENDS, {**bounds, "n": max_points}).first()
-    if ends is None:
+    found = driver_rows(conn, _ENDS, {**bounds, "n": max_points})
+    if not found:
         return [], NonFinite(step=[], kind=[], total=0), False
+    ends = found[0]
     last_row, first, past = _point(ends[:4]), ends[4], ends[5]
     cut = layout(first, last_row[0], max_points)
 
@@ -246,12 +247,8 @@ def _read_range(conn: Connection, run_id: int, key: str, min_step: int | None, m
     for i, (level, a, b) in enumerate(pieces):
         params.update({f"l{i}": level, f"a{i}": a, f"b{i}": b})
     with _FETCH_LOCK if conn.dialect.name == "sqlite" else contextlib.nullcontext():
-        result = conn.execute(_cells(tuple(level is not None for level, _, _ in pieces)), params,
-                              execution_options={BINARY_RESULTS: True})
-        try:  # plain tuples from the driver: SQLAlchemy's rows cost more than the merge
-            cells = result.cursor.fetchall()
-        finally:
-            result.close()
+        # plain tuples from the driver: SQLAlchemy's rows cost more than the merge
+        cells = driver_rows(conn, _cells(tuple(level is not None for level, _, _ in pieces)), params, binary=True)
     if cut.level is None and len(cells) <= max_points:  # the range's own rows (cut step by step), all of them
         points = sorted((cell[1], cell[2], cell[3]) for cell in cells)
         if any(value is None for _, value, _ in points):
@@ -286,18 +283,33 @@ class _NotInOrder(Exception):
     pass
 
 
+# a cell past every bucket, read last: the loop adds the last bucket's extremes when it reaches it
+_END = (float("inf"), 0, None, 0.0, 0, None, 0.0, 0)
+
+
 def _merge_in_order(cells: Sequence[tuple], last: Point) -> tuple[list[Point], dict[int, int]]:
     # one loop, the current bucket's extremes in locals, no call per cell: it runs over thousands a read
     points: list[Point] = []
+    add = points.append
     nonfinite: dict[int, int] = {}
     current = None
     lo_step = lo_value = lo_ts = hi_step = hi_value = hi_ts = None
-    for bucket, cell_lo_step, cell_lo_value, cell_lo_ts, cell_hi_step, cell_hi_value, cell_hi_ts, n in cells:
+    for bucket, cell_lo_step, cell_lo_value, cell_lo_ts, cell_hi_step, cell_hi_value, cell_hi_ts, n in chain(
+            cells, (_END,)):
         if bucket != current:
             if current is not None:
                 if bucket < current:
                     raise _NotInOrder
-                _add_extremes(points, lo_step, lo_value, lo_ts, hi_step, hi_value, hi_ts)
+                # the bucket's minimum and maximum by step (one point when they are the same row or it has
+                # no finite value)
+                if hi_value is None or hi_step == lo_step:
+                    add((lo_step, lo_value, lo_ts))
+                elif hi_step < lo_step:
+                    add((hi_step, hi_value, hi_ts))
+                    add((lo_step, lo_value, lo_ts))
+                else:
+                    add((lo_step, lo_value, lo_ts))
+                    add((hi_step, hi_value, hi_ts))
             current = bucket
             lo_step, lo_value, lo_ts = cell_lo_step, cell_lo_value, cell_lo_ts
             hi_step, hi_value, hi_ts = cell_hi_step, cell_hi_value, cell_hi_ts
@@ -312,24 +324,11 @@ def _merge_in_order(cells: Sequence[tuple], last: Point) -> tuple[list[Point], d
                 hi_step, hi_value, hi_ts = cell_hi_step, cell_hi_value, cell_hi_ts
         if n:
             nonfinite[bucket] = nonfinite.get(bucket, 0) + n
-    if current is not None:
-        _add_extremes(points, lo_step, lo_value, lo_ts, hi_step, hi_value, hi_ts)
     if points and points[-1][0] == last[0]:
         points[-1] = last
     else:
         points.append(last)
     return points, nonfinite
-
-
-def _add_extremes(points: list[Point], lo_step: Any, lo_value: Any, lo_ts: Any, hi_step: Any, hi_value: Any,
-                  hi_ts: Any) -> None:
-    """A bucket's minimum and maximum by step (one point when they are the same row or it has no finite value)."""
-    if hi_value is None or hi_step == lo_step:
-        points.append((lo_step, lo_value, lo_ts))
-    elif hi_step < lo_step:
-        points += ((hi_step, hi_value, hi_ts), (lo_step, lo_value, lo_ts))
-    else:
-        points += ((lo_step, lo_value, lo_ts), (hi_step, hi_value, hi_ts))
 
 
 _SHIFT = (rollups.BASE_WIDTH.bit_length() - 1, rollups.FACTOR.bit_length() - 1)  # width(l) = 1 << (a + b * l)

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from backend.schemas.errors import InvalidInput, NotFound
 from backend.schemas.runs import MetricSeries, MetricValue
 from backend.store import rollups
-from backend.store.db import upsert
+from backend.store.db import driver_rows, upsert
 from backend.store.downsample import nonfinite_of
 from backend.store.run_store import batched, run_exists
 from backend.store.tables import LatestMetric, Metric, Run
@@ -215,7 +215,7 @@ def _series(rows: Iterable) -> dict[str, MetricSeries]:
 
 def metrics_version(s: Session, run_id: int) -> tuple[int, int]:
     """(metric rows, metric keys) of a run: changes whenever a row is added (one row per key to read)."""
-    rows, keys = s.execute(_VERSION, {"run": run_id}).one()
+    ((rows, keys),) = driver_rows(s.connection(), _VERSION, {"run": run_id})
     return int(rows), int(keys)
 
 

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from aah_core.windows import JsonPlan, plan_to_json
 from backend.schemas.errors import Conflict, NotFound
 from backend.schemas.runs import Progress, RunPublic
-from backend.store.db import upsert
+from backend.store.db import driver_rows, upsert
 from backend.store.tables import (
     ACTIVE_STATUSES,
     Experiment,
@@ -106,7 +106,7 @@ _RUN_EXISTS = text("SELECT 1 FROM runs WHERE id = :run")  # (loading the ORM row
 
 
 def run_exists(s: Session, run_id: int) -> None:
-    if s.execute(_RUN_EXISTS, {"run": run_id}).first() is None:
+    if not driver_rows(s.connection(), _RUN_EXISTS, {"run": run_id}):
         raise NotFound(f"run {run_id} not found")
 
 

@@ -8,6 +8,7 @@ import math
 import random
 import re
 import threading
+from collections.abc import Mapping
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -223,6 +224,9 @@ class RowsRead:
                 c.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", parameters)
                 self.rows += self._scanned(c.fetchone()[0][0]["Plan"])
             return
+        if isinstance(parameters, Mapping):  # sent to SQLite's driver as it is (store.db.driver_rows): :name -> ?
+            parameters = tuple(parameters[name] for name in re.findall(r":(\w+)", statement))
+            statement = re.sub(r":\w+", "?", statement)
         c = conn.connection.dbapi_connection.cursor()
         plan = [row[3] for row in c.execute(f"EXPLAIN QUERY PLAN {statement}", parameters)]
         self.plans += [line for line in plan if line.startswith("SCAN metric") or "TEMP B-TREE" in line]
