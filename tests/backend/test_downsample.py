@@ -13,11 +13,12 @@ from collections.abc import Mapping
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import event
+from sqlalchemy import event, text
+from sqlalchemy.exc import DBAPIError
 
 from backend.schemas.runs import MetricSeries, MetricsResponse
 from backend.store import metric_store, rollups, run_store
-from backend.store.db import transaction
+from backend.store.db import driver_rows, transaction
 from backend.store.downsample import layout, merge_cells, read_downsampled
 
 SPECIAL = (math.nan, math.inf, -math.inf)
@@ -316,3 +317,31 @@ def test_zooms_read_by_threads_at_once_are_what_one_thread_reads(module_sessions
     assert not any(thread.is_alive() for thread in threads)
     assert [together.get(i) for i in range(len(zooms))] == alone
     assert any(series.nonfinite.total for series in alone)
+
+
+def test_driver_rows_are_what_sqlalchemy_reads_and_its_errors_are_sqlalchemys(module_sessions):
+    """store.db.driver_rows (SQLite: the driver's connection, not SQLAlchemy's execution) returns the rows
+    SQLAlchemy returns for the same statement, shows it to cursor listeners, and raises a database error as
+    SQLAlchemy's own (what the API maps to a status), on both databases."""
+    run_id = _log(module_sessions, [(step, 0.5 * step) for step in range(50)])
+    statement = text("SELECT step, value, timestamp FROM metrics WHERE run_id = :run AND key = :key "
+                     "AND step BETWEEN :lo AND :hi ORDER BY step")
+    params = {"run": run_id, "key": "y", "lo": 7, "hi": 31}
+    seen: list[str] = []
+
+    def listener(conn, cursor, statement, parameters, context, executemany) -> None:  # noqa: ANN001
+        seen.append(statement)
+
+    engine = module_sessions.kw["bind"]
+    event.listen(engine, "before_cursor_execute", listener)
+    try:
+        with transaction(module_sessions) as s:
+            rows = driver_rows(s.connection(), statement, params)
+            assert len(seen) == 1 and "FROM metrics" in seen[0]
+            assert rows == [tuple(row) for row in s.execute(statement, params)]
+            assert rows == [(step, 0.5 * step, float(step)) for step in range(7, 32)]
+    finally:
+        event.remove(engine, "before_cursor_execute", listener)
+    with pytest.raises(DBAPIError) as raised, transaction(module_sessions) as s:
+        driver_rows(s.connection(), text("SELECT step FROM no_such_table WHERE run_id = :run"), {"run": run_id})
+    assert "no_such_table" in str(raised.value)
