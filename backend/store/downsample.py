@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
-from operator import itemgetter
 
 from sqlalchemy import ColumnElement, Connection, Row, TextClause, bindparam, or_, select, text
 from sqlalchemy.orm import Session
@@ -264,10 +263,16 @@ def _read_range(conn: Connection, run_id: int, key: str, min_step: int | None, m
     return points, nonfinite, True
 
 
+# A cell's bucket and its non-finite rows in one integer (bucket + rows * NONFINITE): Python's sqlite3 lets go
+# of the interpreter lock for every value it fetches, and that was a third of a zoom's instructions
+# (README.md, "Zooms, fourth round"). Buckets are fewer (MAX_POINTS), a cell's rows are fewer than 2**31.
+NONFINITE = 2**32
+
+
 def merge_cells(cells: Sequence[tuple], last: Point) -> tuple[list[Point], dict[int, int]]:
-    """The points a reduced read returns, by step, from the cells of its buckets (bucket, *minimum,
-    *maximum, non-finite rows; each extreme as step, value, timestamp, the minimum's being the cell's
-    first row when it has no finite value), and the non-finite rows per bucket (those that have some).
+    """The points a reduced read returns, by step, from the cells of its buckets (bucket + non-finite
+    rows * NONFINITE, *minimum, *maximum; each extreme as step, value, timestamp, the minimum's being the
+    cell's first row when it has no finite value), and the non-finite rows per bucket (those that have some).
 
     Per bucket (buckets are runs of steps): its minimum and its maximum, by step, one point when they
     are the same row, or when no cell has a finite value its first row (value None); then the range's
@@ -276,7 +281,7 @@ def merge_cells(cells: Sequence[tuple], last: Point) -> tuple[list[Point], dict[
     try:
         return _merge_in_order(cells, last)
     except _NotInOrder:
-        return _merge_in_order(sorted(cells, key=itemgetter(0)), last)
+        return _merge_in_order(sorted(cells, key=lambda cell: cell[0] % NONFINITE), last)
 
 
 class _NotInOrder(Exception):
@@ -284,7 +289,7 @@ class _NotInOrder(Exception):
 
 
 # a cell past every bucket, read last: the loop adds the last bucket's extremes when it reaches it
-_END = (float("inf"), 0, None, 0.0, 0, None, 0.0, 0)
+_END = (NONFINITE - 1, 0, None, 0.0, 0, None, 0.0)
 
 
 def _merge_in_order(cells: Sequence[tuple], last: Point) -> tuple[list[Point], dict[int, int]]:
@@ -294,8 +299,11 @@ def _merge_in_order(cells: Sequence[tuple], last: Point) -> tuple[list[Point], d
     nonfinite: dict[int, int] = {}
     current = None
     lo_step = lo_value = lo_ts = hi_step = hi_value = hi_ts = None
-    for bucket, cell_lo_step, cell_lo_value, cell_lo_ts, cell_hi_step, cell_hi_value, cell_hi_ts, n in chain(
+    for bucket, cell_lo_step, cell_lo_value, cell_lo_ts, cell_hi_step, cell_hi_value, cell_hi_ts in chain(
             cells, (_END,)):
+        if bucket >= NONFINITE:  # (rare) a cell with non-finite rows
+            bucket, n = bucket % NONFINITE, bucket // NONFINITE
+            nonfinite[bucket] = nonfinite.get(bucket, 0) + n
         if bucket != current:
             if current is not None:
                 if bucket < current:
@@ -322,8 +330,6 @@ def _merge_in_order(cells: Sequence[tuple], last: Point) -> tuple[list[Point], d
             if cell_hi_value is not None and (hi_value is None or cell_hi_value > hi_value or
                                               cell_hi_value == hi_value and cell_hi_step < hi_step):
                 hi_step, hi_value, hi_ts = cell_hi_step, cell_hi_value, cell_hi_ts
-        if n:
-            nonfinite[bucket] = nonfinite.get(bucket, 0) + n
     if points and points[-1][0] == last[0]:
         points[-1] = last
     else:
@@ -340,8 +346,8 @@ def _cells(shape: tuple[bool, ...]) -> TextClause:
     """The cells of a range for ``merge_cells``, piece by piece of ``cover`` (``shape``: True for a
     rollup piece, False for a step range), in that order: the metric rows of steps :a{i}..:b{i}, or the
     rollup rows of level :l{i}, buckets :a{i}..:b{i}; each in bucket ``(cell - :c0) * :buckets / :cells``
-    (integer division on both databases) of its cell, its first step ``/ :unit``. Each piece is one index
-    search."""
+    (integer division on both databases) of its cell, its first step ``/ :unit``, plus its non-finite rows
+    times NONFINITE. Each piece is one index search."""
     # the bound integers cast: a driver may send them as numeric, whose division is not the integer one
     unit = "CAST(:unit AS BIGINT)"
     in_bucket = "- CAST(:c0 AS BIGINT)) * CAST(:buckets AS BIGINT) / CAST(:cells AS BIGINT)"
@@ -349,11 +355,11 @@ def _cells(shape: tuple[bool, ...]) -> TextClause:
                      "CASE WHEN lo_value IS NULL THEN first_ts ELSE lo_ts END")
     # one SELECT a piece: an OR of ranges is one index search on neither database (SQLite reads the whole
     # series of the rollups, PostgreSQL may scan the table)
-    sources = [f"SELECT ((bucket << ({_SHIFT[0]} + {_SHIFT[1]} * level)) / {unit} {in_bucket}, {first_if_none}, "
-               f"hi_step, hi_value, hi_ts, n_nonfinite FROM metric_rollups WHERE run_id = :run AND key = :key "
+    sources = [f"SELECT ((bucket << ({_SHIFT[0]} + {_SHIFT[1]} * level)) / {unit} {in_bucket} + n_nonfinite * "
+               f"{NONFINITE}, {first_if_none}, hi_step, hi_value, hi_ts FROM metric_rollups WHERE run_id = :run AND key = :key "
                f"AND level = :l{i} AND bucket BETWEEN :a{i} AND :b{i}" if rollup else
-               f"SELECT (step / {unit} {in_bucket}, step, value, timestamp, step, value, timestamp, "  # NULL: not finite
-               f"CASE WHEN value IS NULL THEN 1 ELSE 0 END FROM metrics WHERE run_id = :run AND key = :key "
+               f"SELECT (step / {unit} {in_bucket} + CASE WHEN value IS NULL THEN {NONFINITE} ELSE 0 END, "  # NULL: not finite
+               f"step, value, timestamp, step, value, timestamp FROM metrics WHERE run_id = :run AND key = :key "
                f"AND step BETWEEN :a{i} AND :b{i}" for i, rollup in enumerate(shape)]
     return text(" UNION ALL ".join(sources))
 
