@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
+from typing import Any, cast
 
 from sqlalchemy import ColumnElement, Connection, Row, TextClause, bindparam, or_, select, text
 from sqlalchemy.orm import Session
@@ -298,7 +299,7 @@ def _merge_in_order(cells: Sequence[tuple], last: Point) -> tuple[list[Point], d
     add = points.append
     nonfinite: dict[int, int] = {}
     current = None
-    lo_step = lo_value = lo_ts = hi_step = hi_value = hi_ts = None
+    lo_step = lo_value = lo_ts = hi_step = hi_value = hi_ts = cast(Any, None)  # (set by the first cell)
     for bucket, cell_lo_step, cell_lo_value, cell_lo_ts, cell_hi_step, cell_hi_value, cell_hi_ts in chain(
             cells, (_END,)):
         if bucket >= NONFINITE:  # (rare) a cell with non-finite rows
