@@ -244,8 +244,9 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("suite", help="train the paper's Table 1 rows at a small scale over seeds; write a report")
     p.add_argument("name", choices=["paper"], help="the suite to run")
-    p.add_argument("--scale", default="tiny", choices=["tiny", "mini"],
-                   help="model/data scale (default tiny: < 1 h on 2 cores; mini: the same model, half the steps)")
+    p.add_argument("--scale", default="tiny", choices=["tiny", "mini", "long"],
+                   help="model/data scale (default tiny: < 1 h on 2 cores; mini: the same model, half the steps; "
+                   "long: 5,000 steps, long enough to learn retrieval, ~10 min a run on one core)")
     p.add_argument("--seeds", type=int, default=3, help="seeds per row (default 3)")
     p.add_argument("--impl", default="faithful", choices=["faithful", "fixed"], help="controller implementation")
     p.add_argument("--rows", help="comma-separated subset of rows (default: all)")
