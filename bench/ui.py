@@ -43,8 +43,7 @@ _DONE = """([plan]) => {
 
 
 _FIRST_LOSS = """() => {
-  const m = [...document.querySelectorAll('[data-testid="stMetric"]')].find(e => e.textContent.includes('loss (nats)'));
-  const v = m && m.querySelector('[data-testid="stMetricValue"]');
+  const v = document.querySelector('.aah-badge[data-label="loss (nats)"] .aah-value');
   return v && v.textContent.trim() ? performance.now() : false;
 }"""
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import plotly.graph_objects as go
 import streamlit as st
 
-from frontend import api, export, figures, plans, url_state, user_text
+from frontend import api, badges, export, figures, plans, url_state, user_text
 
 logger = logging.getLogger(__name__)
 PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
@@ -218,15 +218,16 @@ def click_figure(fig: go.Figure, name: str, on_click: Callable[[], None]) -> Non
 def metric_badges(result: dict, kv_note: str | None = None) -> None:
     """Loss, Δloss (nats and %), perplexity and the coverage metrics of one evaluation; `kv_note` (why
     the KV cache did not shrink, figures.kv_group_note) under the cost line."""
-    cols = st.columns(5)
-    cols[0].metric("loss (nats)", f"{result['loss']:.4f}", help="mean next-token loss on the eval batch")
     pct = result["delta_pct"]
-    cols[1].metric("Δloss vs own plan", f"{result['delta']:+.4f}", f"{pct:+.2f} %" if abs(pct) >= 0.005 else None,
-                   delta_color="inverse")
-    cols[2].metric("perplexity", f"{result['perplexity']:.3f}")
-    cols[3].metric("acr", f"{result['acr']:.3f}", help="mean over heads of min(w, T) / T (the paper's ACR)")
-    cols[4].metric("causal_coverage", f"{result['causal_coverage']:.3f}",
-                   help="attended (query, key) pairs / full causal pairs")
+    badges.show([
+        badges.Badge("loss (nats)", f"{result['loss']:.4f}", help="mean next-token loss on the eval batch"),
+        badges.Badge("Δloss vs own plan", f"{result['delta']:+.4f}", f"{pct:+.2f} %" if abs(pct) >= 0.005 else None,
+                     lower_is_better=True),
+        badges.Badge("perplexity", f"{result['perplexity']:.3f}"),
+        badges.Badge("acr", f"{result['acr']:.3f}", help="mean over heads of min(w, T) / T (the paper's ACR)"),
+        badges.Badge("causal_coverage", f"{result['causal_coverage']:.3f}",
+                     help="attended (query, key) pairs / full causal pairs"),
+    ])
     st.markdown(f"**{figures.cost_summary(result)}** · at context {result['context']} (exact; one sequence)")
     if kv_note:
         st.caption(kv_note)

@@ -200,9 +200,8 @@ def plot(page, title: str) -> dict | None:
 
 
 def metric_value(page, label: str) -> str:
-    """The text of the st.metric whose label is `label` ('' while it is not on screen)."""
-    texts = page.locator('[data-testid="stMetric"]').filter(has_text=label).locator(
-        '[data-testid="stMetricValue"]').all_inner_texts()  # reads what is there now; never waits
+    """The value of the number badge (frontend/badges.py) labelled `label` ('' while it is not on screen)."""
+    texts = page.locator(f'.aah-badge[data-label="{label}"] .aah-value').all_inner_texts()  # now; never waits
     return texts[0].strip() if texts else ""
 
 

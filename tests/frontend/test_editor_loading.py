@@ -4,7 +4,7 @@ built only while open, and the head editor's message log applied once."""
 import threading
 
 from frontend import api, head_editor, history
-from tests.frontend.test_pages import first_paint, open_expander, page
+from tests.frontend.test_pages import badges, first_paint, open_expander, page
 
 
 def test_a_new_session_draws_the_loss_first_and_never_waits_for_the_sweep(fake_api):
@@ -20,8 +20,8 @@ def test_a_new_session_draws_the_loss_first_and_never_waits_for_the_sweep(fake_a
 
     fake_api.sensitivity = slow_sweep
     at = page("editor")  # returns while the sweep is still held: the run did not wait for it
-    assert at.metric[0].label == "loss (nats)" and not at.exception
-    loss = at.metric[0].value
+    loss = badges(at)["loss (nats)"]
+    assert not at.exception
     assert not at.get("plotly_chart") and any(c.value.startswith("Drawing the charts") for c in at.caption)
     assert any(c.value.startswith("Finding the head to try first") for c in at.caption)
     assert not [i for i in at.info if "needs far context most" in i.value]
@@ -29,7 +29,7 @@ def test_a_new_session_draws_the_loss_first_and_never_waits_for_the_sweep(fake_a
     release.set()
     api.in_background("sensitivity", "demo", "mixed").result(timeout=60)
     at = first_paint(at, "editor")  # the browser's report, and its timer: the charts and the line are there
-    assert len(at.get("plotly_chart")) == 2 and at.metric[0].value == loss  # the loss plot, the token strip
+    assert len(at.get("plotly_chart")) == 2 and badges(at)["loss (nats)"] == loss  # the loss plot, the token strip
     assert [i for i in at.info if "needs far context most" in i.value]
     assert not [e for e in at.get("bidi_component") if e.proto.component_name == "aah_rerun_timer"]
     assert not any(c.value.startswith("Finding the head") for c in at.caption)
