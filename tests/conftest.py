@@ -10,6 +10,29 @@ from backend.store.db import sqlite_url
 from tests.postgres import PostgresServer, find_bin_dir
 
 DATABASES = ("sqlite", "postgresql")
+
+
+def _one_default_ssl_context() -> None:
+    """Every httpx client builds an SSL context and loads certifi's CA bundle into it: 21 ms of CPU for each
+    `httpx.get(...)`, against 0.5 ms for the request itself to a loopback server. Tests poll servers with
+    such calls (a job's progress every 0.1 s, a server's health while it starts), taking that CPU from the
+    servers and workers they wait on. The test process builds the default context once (these tests speak
+    plain HTTP to loopback; a client given its own `verify` or `cert` still gets a context of its own)."""
+    import httpx._transports.default as transports
+
+    build = transports.create_ssl_context
+    shared = build()
+
+    def create_ssl_context(verify: object = True, cert: object = None, trust_env: bool = True) -> object:
+        if verify is True and cert is None and trust_env:
+            return shared
+        return build(verify=verify, cert=cert, trust_env=trust_env)
+
+    transports.create_ssl_context = create_ssl_context
+
+
+_one_default_ssl_context()
+
 # FastAPI's TestClient and schemathesis send "Host: testserver": the in-process apps of the tests
 # answer to it too (set before any test module builds an app; the Host check itself is tested
 # against a real server in tests/backend/test_host_header.py, without this name).
