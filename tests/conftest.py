@@ -10,6 +10,29 @@ from backend.store.db import sqlite_url
 from tests.postgres import PostgresServer, find_bin_dir
 
 DATABASES = ("sqlite", "postgresql")
+
+
+def _one_default_ssl_context() -> None:
+    """Every httpx client builds an SSL context and loads certifi's CA bundle into it: 21 ms of CPU for each
+    `httpx.get(...)`, against 0.5 ms for the request itself to a loopback server. Tests poll servers with
+    such calls (a job's progress every 0.1 s, a server's health while it starts), taking that CPU from the
+    servers and workers they wait on. The test process builds the default context once (these tests speak
+    plain HTTP to loopback; a client given its own `verify` or `cert` still gets a context of its own)."""
+    import httpx._transports.default as transports
+
+    build = transports.create_ssl_context
+    shared = build()
+
+    def create_ssl_context(verify: object = True, cert: object = None, trust_env: bool = True) -> object:
+        if verify is True and cert is None and trust_env:
+            return shared
+        return build(verify=verify, cert=cert, trust_env=trust_env)
+
+    transports.create_ssl_context = create_ssl_context
+
+
+_one_default_ssl_context()
+
 # FastAPI's TestClient and schemathesis send "Host: testserver": the in-process apps of the tests
 # answer to it too (set before any test module builds an app; the Host check itself is tested
 # against a real server in tests/backend/test_host_header.py, without this name).
@@ -24,6 +47,30 @@ os.environ.setdefault("AAH_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver
 FLEX = ("tests/core/test_attention_flex.py", "tests/core/test_attention_sinks.py", "tests/core/test_model.py")
 SHARED_RESOURCES = {"tests/frontend/test_browser": "browser", "tests/clusters/": "clusters",
                     **dict.fromkeys(FLEX, "flex")}
+
+
+# Measured cost of the long scopes, in worker-seconds of `make test` on the 2-core box (the per-test durations of
+# one whole run summed by scope, scaled to a 1,300 s total; the relative sizes are what count). The scheduler
+# hands out the costliest scope left first (longest-processing-time first): ordered by their number of tests
+# instead, the scopes of a few long tests (tracking, ship, ddp) came last and one worker finished alone. A scope
+# not listed is estimated from its number of tests.
+SCOPE_COST_S = {
+    "browser": 270, "clusters": 140, "tests/backend/test_fuzz.py": 105, "flex": 85, "tests/tracking/test_tracking.py": 75,
+    "tests/backend/test_write_authority.py": 40, "tests/ship/test_make_test.py": 35,
+    "tests/backend/test_hostile_models.py": 32, "tests/backend/test_bounded_reads.py": 30, "tests/core/test_presets.py": 29,
+    "tests/ship/test_serve.py": 24, "tests/core/test_checkpoint_train.py": 22, "tests/ship/test_wheel.py": 20,
+    "tests/backend/test_jobs.py": 20, "tests/frontend/test_pages.py": 19, "tests/ship/test_gpu_check.py": 19,
+    "tests/backend/test_worker_lifecycle.py": 19, "tests/backend/test_storage_faults.py": 16,
+    "tests/backend/test_server_faults.py": 16, "tests/backend/test_upload_faults.py": 15,
+    "tests/hf/test_serving_export.py": 15, "tests/backend/test_downsample.py": 15,
+    "tests/backend/test_final_checkpoint.py": 14, "tests/frontend/test_view_audit.py": 14, "tests/core/test_cli.py": 14,
+    "tests/core/test_ddp.py": 13, "tests/core/test_generate.py": 12}
+UNLISTED_TEST_S = 0.2  # the mean test of the scopes not listed
+
+
+def scope_cost(scope: str, n_tests: int) -> float:
+    """The expected worker-seconds of a scope: measured (SCOPE_COST_S), else estimated from its test count."""
+    return SCOPE_COST_S.get(scope, UNLISTED_TEST_S * n_tests)
 
 
 def xdist_scope(nodeid: str) -> str:
@@ -48,17 +95,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(f"tests share a node id (pytest-xdist would run one of them): {shared[:5]}")
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """pytest-xdist's load-by-scope scheduler, with xdist_scope as the scope (biggest scopes first). The
-    xdist_group mark cannot do this: pytest-xdist 3.8 renames node ids for it, which pytest 9 ignores."""
+def scope_scheduler() -> type:
+    """pytest-xdist's load-by-scope scheduler, with xdist_scope as the scope and the costliest scope left sent
+    first (scope_cost). The xdist_group mark cannot do this: pytest-xdist 3.8 renames node ids for it, which
+    pytest 9 ignores."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByScope(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid)
 
-    return ByScope(config, log)
+        def _assign_work_unit(self, node: object) -> None:  # the base class sends the queue's first unit
+            costliest = max(self.workqueue, key=lambda scope: scope_cost(scope, len(self.workqueue[scope])))
+            self.workqueue.move_to_end(costliest, last=False)
+            super()._assign_work_unit(node)
+
+    return ByScope
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    return scope_scheduler()(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -77,7 +77,7 @@ def wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> N
                 return
         except httpx.HTTPError:
             pass
-        time.sleep(0.3)
+        time.sleep(0.1)  # a start is seconds of imports; each poll costs about a millisecond
     raise RuntimeError(f"{url} did not answer within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
 
 
