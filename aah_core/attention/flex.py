@@ -9,6 +9,12 @@ The compiled path is verified on every call: the compiled function also returns
 ``torch.compiler.is_compiling()``, which is a constant True inside a compiled graph and
 False if Dynamo ever ran the function eagerly (graph break, recompile limit), so a silent
 fallback to the unfused, dense flex implementation raises instead of running slowly.
+
+On CPU the kernel only ever sees whole blocks: q, k and v are zero-padded to a multiple of BLOCK
+and the output cut back. Inductor's CPU template (torch 2.13) returned wrong rows, some NaN, when
+the whole sequence was one partial block of a length that is 8 mod 16 (T = 8, 24, 40, ..., 120;
+measured against the float64 reference); other lengths were exact. Padded keys come after every
+real query, so the causal window never admits them, and padded queries are dropped.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from aah_core.attention.masks import generate_window_mask, window_block_tables
 from aah_core.errors import BackendUnavailable
@@ -112,6 +119,11 @@ def block_mask(windows: tuple[int, ...], T: int, device: torch.device, sinks: in
     )
 
 
+def padded_length(T: int, device: torch.device) -> int:
+    """The length the kernel runs at: T rounded up to whole blocks on CPU (see the module docstring), T elsewhere."""
+    return -(-T // BLOCK) * BLOCK if device.type == "cpu" else T
+
+
 def _flex_and_flag(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, scale: float | None) -> Any:
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -145,7 +157,10 @@ def attend(
             "use 'banded' to train, or call under torch.no_grad()"
         )
     T = q.shape[-2]
-    mask = block_mask(tuple(min(w, T) for w in windows), T, q.device, sinks)
+    length = padded_length(T, q.device)
+    if length != T:
+        q, k, v = (F.pad(t, (0, 0, 0, length - T)) for t in (q, k, v))
+    mask = block_mask(tuple(min(w, T) for w in windows), length, q.device, min(sinks, T))
     try:
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
             out, compiled = _compiled()(q, k, v, mask, scale)
@@ -158,4 +173,4 @@ def attend(
         stats["eager_calls"] += 1
         raise BackendUnavailable("backend 'flex': torch.compile fell back to eager FlexAttention (dense)")
     stats["compiled_calls"] += 1
-    return out
+    return out[..., :T, :]
