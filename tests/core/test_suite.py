@@ -68,3 +68,14 @@ def test_study_pairs_adaptive_rows_with_the_matched_baselines_by_seed():
         assert d["retrieval_mean"] == paired([a["retrieval_mean"] - b["retrieval_mean"]
                                               for a, b in zip(rows["full_adaptive"], rows[base])])
     assert order_changes(["a", "b", "c"], ["c", "a", "b"]) == [("a", "c"), ("b", "c")]
+
+
+def test_long_scale_trains_the_tiny_model_longer_with_the_papers_controller_share():
+    tiny = run_config("full_adaptive", "tiny", 0, "faithful")
+    long = run_config("full_adaptive", "long", 0, "faithful")
+    assert (long.train.max_steps, long.train.warmup_steps, long.train.eval_every) == (5000, 100, 500)
+    assert long.model == tiny.model and long.data == tiny.data  # the same model and data, only longer
+    # the paper's controller warmup is 1 % of its schedule (100 of 10,000 steps), every 5 steps
+    assert long.controller["warmup_steps"] / long.train.max_steps == 0.01
+    assert long.controller["control_interval"] == 5
+    assert run_config("baseline", "long", 0, "faithful").controller.get("mode") != "aah"  # no controller to set
