@@ -83,7 +83,27 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cov = coverage_metrics(plan, m.seq_len, m.sinks)
     print(f"loss {loss:.6f}  acr {cov['acr']:.4f}  causal_coverage {cov['causal_coverage']:.4f}  "
           f"tile_coverage {cov['tile_coverage']:.4f}  ({args.eval_set}, {args.n_seq} sequences)")
+    if args.retrieval:
+        _print_retrieval(ckpt.model, plan)
     return 0
+
+
+def _print_retrieval(model: Any, plan: Any) -> None:
+    """Passkey accuracy per distance (rows) with the repeat at the sequence's end, as training logs it, and
+    with the planted key at fixed starts (columns): a model that retrieves only near the start shows here."""
+    from aah_core.analysis import retrieval
+
+    T = model.seq_len
+    columns = {"end": retrieval.evaluate_retrieval(model, retrieval.retrieval_set(model.tokenizer, T), plan)}
+    for start in retrieval.retrieval_starts(T):
+        passkeys = retrieval.retrieval_set(model.tokenizer, T, start=start)
+        columns[f"start {start}"] = retrieval.evaluate_retrieval(model, passkeys, plan)
+    print(f"retrieval: key characters right (chance {retrieval.retrieval_chance():.3f}); columns: where the planted key starts")
+    print("distance " + "".join(f"{name:>10}" for name in columns))
+    for distance in retrieval.retrieval_distances(T):
+        key = retrieval.metric_key(distance)
+        cells = (f"{col[key]:10.3f}" if key in col else f"{'-':>10}" for col in columns.values())
+        print(f"{distance:>8} " + "".join(cells))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -214,6 +234,8 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     p.add_argument("--windows", help="JSON plan file: [[w, ...], ...] or {\"windows\": ...}; null = full")
     p.add_argument("--eval-set", default="mixed", choices=["mixed", "text", "english", "copy"])
     p.add_argument("--n-seq", type=int, default=4, help="evaluation sequences (default 4)")
+    p.add_argument("--retrieval", action="store_true",
+                   help="also print passkey accuracy per distance, with the key planted at the end and at fixed starts")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("generate", help="continue a prompt under a window plan (per-head KV caches); print the cost")
     p.add_argument("checkpoint")

@@ -25,7 +25,7 @@ from aah_core.model_config import ModelConfig
 PATH_CHARS = 4096
 DATA_BOUNDS: Bounds = {
     "synthetic_fraction": (0.0, 1.0), "copy_min_span": (2, SEQ_LEN_MAX), "copy_max_span": (2, SEQ_LEN_MAX),
-    "val_fraction": (0.0, 0.5),
+    "copy_max_lead": (0, SEQ_LEN_MAX), "val_fraction": (0.0, 0.5),
 }
 TRAIN_BOUNDS: Bounds = {
     "max_steps": (1, STEPS_MAX), "batch_size": (1, 1 << 16), "lr": (0.0, 10.0), "min_lr_ratio": (0.0, 1.0),
@@ -44,6 +44,9 @@ class DataConfig:
     synthetic_fraction: float = 0.5
     copy_min_span: int = 16
     copy_max_span: int = 128
+    # random characters before a copy span, up to this many: 0 puts every first copy at the sequence's start,
+    # which a model can learn to copy from only (it then fails a passkey planted further in)
+    copy_max_lead: int = 0
     val_fraction: float = 0.05
 
     def __post_init__(self) -> None:

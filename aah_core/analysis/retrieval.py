@@ -55,14 +55,21 @@ class RetrievalSet:
         return len(self.idx) // max(1, len(self.distances))
 
 
-def retrieval_set(tokenizer: Tokenizer, seq_len: int, n: int = PER_DISTANCE) -> RetrievalSet:
-    """The fixed evaluation set: n sequences at each distance, from one seeded generator."""
+def retrieval_set(tokenizer: Tokenizer, seq_len: int, n: int = PER_DISTANCE, start: int | None = None) -> RetrievalSet:
+    """The fixed evaluation set: n sequences at each distance, from one seeded generator. The planted key
+    starts at `start` where given (distances that do not fit from there are left out), else where its
+    repeat ends the sequence."""
     gen = torch.Generator().manual_seed(RETRIEVAL_SEED)
-    distances = retrieval_distances(seq_len)
-    parts = [passkey_sequences(tokenizer, n, seq_len, d, gen, CUE_LEN, KEY_LEN) for d in distances]
+    distances = [d for d in retrieval_distances(seq_len) if start is None or start + d + CUE_LEN + KEY_LEN <= seq_len + 1]
+    parts = [passkey_sequences(tokenizer, n, seq_len, d, gen, CUE_LEN, KEY_LEN, start) for d in distances]
     if not parts:
-        raise ValueError(f"no passkey distance fits at T={seq_len}")
+        raise ValueError(f"no passkey distance fits at T={seq_len}" + ("" if start is None else f" from {start}"))
     return RetrievalSet(distances, torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts]))
+
+
+def retrieval_starts(seq_len: int) -> list[int]:
+    """Where the planted key starts in the by-position table: 0, T/4, T/2 and 3T/4."""
+    return sorted({round(f * seq_len) for f in (0, 1 / 4, 1 / 2, 3 / 4)})
 
 
 @torch.no_grad()

@@ -65,7 +65,8 @@ class DataStream:
             x, y, _ = recall_sequences(self.tokenizer, n, self.seq_len, gen)
         else:
             max_span = min(self.cfg.copy_max_span, self.seq_len - 1)
-            x, y, _ = copy_sequences(self.tokenizer, n, self.seq_len, min(min_span, max_span), max_span, gen)
+            x, y, _ = copy_sequences(self.tokenizer, n, self.seq_len, min(min_span, max_span), max_span, gen,
+                                     self.cfg.copy_max_lead)
         return x, y
 
     def train_batch(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:

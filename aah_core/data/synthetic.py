@@ -1,7 +1,10 @@
 """Synthetic long-range tasks with a known dependency distance.
 
-- copy: a random span of S characters repeated to fill the sequence; every token at
-  position >= S is predictable from the token exactly S positions earlier (distance S).
+- copy: a random span of S characters repeated to fill the sequence, after a lead of o random characters
+  (o = 0 unless a maximum lead is given); every token at position >= o + S is predictable from the token
+  exactly S positions earlier (distance S). Without a lead the first copy always sits at the sequence's
+  start, and a model can learn to copy from there only: it then fails to retrieve a key planted further
+  in (docs/reproduction-mini.md measures it).
 - recall: key-value pairs, then the keys again in a new order; each value must be recalled
   from where its key appeared (distance = gap between the two occurrences).
 Only answer positions carry targets; the rest are -1 (ignored), so the loss on these
@@ -34,17 +37,26 @@ def copy_chance() -> float:
 
 
 def copy_sequences(
-    tokenizer: Tokenizer, n: int, seq_len: int, min_span: int, max_span: int, gen: torch.Generator
+    tokenizer: Tokenizer, n: int, seq_len: int, min_span: int, max_span: int, gen: torch.Generator,
+    max_lead: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """n copy sequences: x, y [n, T] (y = -1 off the answers) and the span S of each [n]."""
+    """n copy sequences: x, y [n, T] (y = -1 off the answers) and the span S of each [n].
+
+    Each span starts after a lead of random characters, uniform in [0, min(max_lead, T - S)] (so at least
+    one answer remains); max_lead = 0 draws nothing for it, so those sequences are the same as before
+    leads existed."""
     alphabet = _ids(tokenizer, ALNUM)
     spans = torch.randint(min_span, max_span + 1, (n,), generator=gen)
     seqs = torch.empty(n, seq_len + 1, dtype=torch.long)
     y_mask = torch.zeros(n, seq_len, dtype=torch.bool)
     for i, s in enumerate(spans.tolist()):
         span = alphabet[torch.randint(len(alphabet), (s,), generator=gen)]
-        seqs[i] = span.repeat(math.ceil((seq_len + 1) / s))[: seq_len + 1]
-        y_mask[i, s - 1 :] = True  # target at t is token t+1, an answer when t+1 >= s
+        lead = 0
+        if max_lead > 0:
+            lead = int(torch.randint(min(max_lead, seq_len - s) + 1, (1,), generator=gen))
+            seqs[i, :lead] = alphabet[torch.randint(len(alphabet), (lead,), generator=gen)]
+        seqs[i, lead:] = span.repeat(math.ceil((seq_len + 1 - lead) / s))[: seq_len + 1 - lead]
+        y_mask[i, lead + s - 1 :] = True  # target at t is token t+1, an answer when t+1 >= lead + s
     y = seqs[:, 1:].masked_fill(~y_mask, -1)
     return seqs[:, :-1], y, spans
 
@@ -77,10 +89,13 @@ def recall_sequences(
 
 
 def passkey_sequences(
-    tokenizer: Tokenizer, n: int, seq_len: int, distance: int, gen: torch.Generator, cue_len: int = 4, key_len: int = 4
+    tokenizer: Tokenizer, n: int, seq_len: int, distance: int, gen: torch.Generator, cue_len: int = 4, key_len: int = 4,
+    first: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """n passkey sequences: random filler with a cue and a key planted once, then the cue again at the end
-    and the key to reproduce, `distance` tokens after its first occurrence (x, y [n, T]; y = -1 off the key).
+    """n passkey sequences: random filler with a cue and a key planted once at position `first`, then the cue
+    again and the key to reproduce, `distance` tokens after its first occurrence (x, y [n, T]; y = -1 off the
+    key). By default the repeat ends the sequence (the question comes last, as in a needle-in-a-haystack
+    test); a smaller `first` moves both copies towards the start, distance unchanged.
 
     The cue appears exactly twice in each sequence (resampled otherwise), so the planted key is the only
     one a model that copies can retrieve. Chance is 1 / len(ALNUM) per key character.
@@ -89,7 +104,11 @@ def passkey_sequences(
     needle = cue_len + key_len
     if not needle <= distance <= seq_len + 1 - needle:
         raise ValueError(f"passkey distance must be in [{needle}, {seq_len + 1 - needle}] at T={seq_len}; got {distance}")
-    first = seq_len + 1 - needle - distance  # the planted needle starts here; its repeat ends at position T
+    last = seq_len + 1 - needle - distance  # the latest start: the repeat then ends at position T
+    first = last if first is None else first
+    if not 0 <= first <= last:
+        raise ValueError(f"a passkey at distance {distance} starts in [0, {last}] at T={seq_len}; got {first}")
+    key = slice(first + distance + cue_len, first + distance + needle)  # the repeated key's positions
     x = torch.empty(n, seq_len + 1, dtype=torch.long)
     for i in range(n):
         while True:
@@ -100,5 +119,5 @@ def passkey_sequences(
                 break
         x[i] = seq
     y = torch.full((n, seq_len), -1, dtype=torch.long)
-    y[:, seq_len - key_len :] = x[:, seq_len + 1 - key_len :]
+    y[:, key.start - 1 : key.stop - 1] = x[:, key]  # target t is token t+1
     return x[:, :-1], y

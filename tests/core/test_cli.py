@@ -24,7 +24,19 @@ def test_eval_prints_loss_and_coverage(tiny_ckpt, tmp_path, capsys):
     plan.write_text(json.dumps([[4, None], [16, 4]]))
     assert main(["eval", str(tiny_ckpt), "--windows", str(plan)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("loss ") and "acr 0.3438" in out  # (4/64 + 1 + 16/64 + 4/64) / 4 and "causal_coverage" in out
+    assert out.startswith("loss ") and "acr 0.3438" in out  # (4/64 + 1 + 16/64 + 4/64) / 4
+    assert "causal_coverage" in out and "retrieval" not in out
+
+
+def test_eval_prints_retrieval_by_distance_and_by_where_the_key_starts(tiny_ckpt, capsys):
+    assert main(["eval", str(tiny_ckpt), "--retrieval"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split() == ["distance", "end", "start", "0", "start", "16", "start", "32", "start", "48"]
+    rows = {int(line.split()[0]): line.split()[1:] for line in lines[3:]}
+    assert list(rows) == [8, 16, 32, 48, 57]  # the distances training logs at T = 64
+    # a key that starts at s fits only where s + d + 8 <= T + 1: the other cells say so
+    assert [sum(cell == "-" for cell in cells) for cells in rows.values()] == [0, 1, 2, 3, 3]
+    assert all(0.0 <= float(cell) <= 1.0 for cells in rows.values() for cell in cells if cell != "-")
 
 
 ERRORS = [

@@ -60,6 +60,22 @@ def test_copy_task_answers_are_exactly_span_back():
     assert copy_chance() == pytest.approx(math.log(62))
 
 
+def test_copy_spans_after_a_random_lead_answer_from_span_back_only():
+    args = (ByteTokenizer(), 64, 64, 5, 20)
+    x0, y0, spans0 = copy_sequences(*args, torch.Generator().manual_seed(0))
+    same = copy_sequences(*args, torch.Generator().manual_seed(0), max_lead=0)
+    assert all(torch.equal(a, b) for a, b in zip((x0, y0, spans0), same))  # no lead: the sequences as before
+    x, y, spans = copy_sequences(*args, torch.Generator().manual_seed(0), max_lead=64)
+    leads = []
+    for row in range(64):
+        s, answers = int(spans[row]), (y[row] >= 0).nonzero().flatten()
+        lead = int(answers[0]) + 1 - s
+        assert 0 <= lead <= 64 - s and len(answers) == 64 - s - lead + 1
+        assert all(y[row, t] == x[row, t + 1 - s] for t in answers.tolist())  # every answer is span back
+        leads.append(lead)
+    assert len(set(leads)) > 20 and min(leads) < 10 and max(leads) > 30  # spread over the sequence
+
+
 def test_recall_task_values_follow_their_keys():
     gen = torch.Generator().manual_seed(1)
     x, y, dist = recall_sequences(ByteTokenizer(), 2, 128, gen)

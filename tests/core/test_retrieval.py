@@ -16,6 +16,7 @@ from aah_core.analysis.retrieval import (
     retrieval_chance,
     retrieval_distances,
     retrieval_set,
+    retrieval_starts,
 )
 from aah_core.config import apply_overrides
 from aah_core.data import ByteTokenizer
@@ -32,9 +33,9 @@ class CopyingStandIn(torch.nn.Module):
     the earlier position whose preceding tokens match the longest suffix of the context so far, and predict
     the token that followed it there. One-hot logits; it ignores the plan (full attention)."""
 
-    def __init__(self, vocab: int) -> None:
+    def __init__(self, vocab: int, sources: int = T) -> None:
         super().__init__()
-        self.vocab = vocab
+        self.vocab, self.sources = vocab, sources  # it copies only from the first `sources` positions
         self.anchor = torch.nn.Parameter(torch.zeros(1))  # so the evaluator finds a device
         self.plan = torch.full((1, 1), T)
 
@@ -46,7 +47,7 @@ class CopyingStandIn(torch.nn.Module):
         for b, seq in enumerate(idx.tolist()):
             for t in range(len(seq)):
                 best, pick = 0, seq[t]
-                for j in range(t):  # the suffix ending at j that matches the one ending at t
+                for j in range(min(t, self.sources)):  # the suffix ending at j that matches the one ending at t
                     n = 0
                     while n <= j and seq[j - n] == seq[t - n]:
                         n += 1
@@ -79,6 +80,29 @@ def test_a_model_that_copies_retrieves_every_key():
     rset = retrieval_set(ByteTokenizer(), T, n=8)
     assert evaluate_retrieval(CopyingStandIn(256), rset) == {**{metric_key(d): 1.0 for d in rset.distances},
                                                              MEAN_KEY: 1.0}
+
+
+def test_a_key_planted_at_a_start_is_reproduced_d_tokens_later():
+    assert retrieval_starts(T) == [0, 32, 64, 96]
+    rset = retrieval_set(ByteTokenizer(), T, n=4, start=32)
+    assert rset.distances == [16, 32, 64]  # 96 and 120 do not fit after 32
+    for i, (x, y) in enumerate(zip(rset.idx.tolist(), rset.targets.tolist())):
+        d = rset.distances[i // rset.per_distance]
+        repeat = 32 + d + CUE_LEN  # where the key is reproduced
+        assert [t for t, v in enumerate(y) if v >= 0] == list(range(repeat - 1, repeat - 1 + KEY_LEN))
+        assert y[repeat - 1:repeat - 1 + KEY_LEN] == x[32 + CUE_LEN:32 + CUE_LEN + KEY_LEN] == x[repeat:repeat + KEY_LEN]
+    with pytest.raises(ValueError, match="no passkey distance fits at T=128 from 121"):
+        retrieval_set(ByteTokenizer(), T, start=121)
+
+
+def test_a_model_that_copies_only_from_the_start_scores_by_where_the_key_sits_not_by_distance():
+    # the shape the by-position table exposes: trained with every copy at the sequence's start, a model
+    # retrieves far keys (planted early) and misses near ones (planted late) at the end of the sequence
+    anchored = CopyingStandIn(256, sources=40)
+    at_end = evaluate_retrieval(anchored, retrieval_set(ByteTokenizer(), T, n=4))
+    assert at_end[metric_key(16)] == at_end[metric_key(32)] == 0.0 and at_end[metric_key(120)] == 1.0
+    from_start = evaluate_retrieval(anchored, retrieval_set(ByteTokenizer(), T, n=4, start=0))
+    assert from_start == {**{metric_key(d): 1.0 for d in retrieval_distances(T)}, MEAN_KEY: 1.0}
 
 
 def test_a_random_model_is_at_chance():
