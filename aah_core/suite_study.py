@@ -128,7 +128,10 @@ def render_study(study: dict[str, Any]) -> str:
            "", "## Passkey retrieval at a distance (accuracy, mean ± std over seeds)", "",
            "A key of 4 characters follows a 4-character cue in random filler; the cue comes again at the end and the "
            "key must be reproduced d tokens after its first occurrence (aah_core/analysis/retrieval.py). Accuracy is "
-           f"per key character; chance is 1/62 = {1 / 62:.3f}."]
+           f"per key character; chance is 1/62 = {1 / 62:.3f}. The repeat always ends the sequence, so a short distance "
+           "plants the key late: a model that learned to copy only from the sequence's start (the copy task starts "
+           "every span there) scores by where the key sits, not by distance (`aah eval CHECKPOINT --retrieval` "
+           "tables both; the last section measures it)."]
     for corpus, rsum in summary["corpora"].items():
         dists = sorted({k for e in rsum.values() for k in e if k.startswith("retrieval@")}, key=lambda k: int(k[10:]))
         if not dists:

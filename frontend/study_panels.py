@@ -19,7 +19,10 @@ def study_panel(page: str, experiment: str, corpora: dict[str, str]) -> None:
         st.caption("A 4-character key follows a 4-character cue in random filler; the cue comes again at the end and "
                    "the key must be reproduced d tokens after it first appeared. Accuracy per key character, mean ± 1 "
                    f"sample std over seeds; chance is 1/62 = {study_views.RETRIEVAL_CHANCE:.3f}. A head whose window is "
-                   "≤ d cannot see the key from where it is reproduced.")
+                   "≤ d cannot see the key from where it is reproduced. The repeat always ends the sequence, so a "
+                   "short distance plants the key late: a model that learned to copy only from the sequence's start "
+                   "(the suite's copy task starts every span there) scores by where the key sits, not by distance. "
+                   "`aah eval CHECKPOINT --retrieval` tables both.")
         st.dataframe(pd.DataFrame(ret["table"]), hide_index=True)
     else:
         components.placeholder("These runs logged no retrieval accuracy (suites trained before it was measured).")

@@ -80,6 +80,8 @@ def test_reproduction_view_draws_the_study_on_each_corpus(fake_api):
         assert trace["error_y"]["array"] == pytest.approx(
             [statistics.stdev(r[f"retrieval@{d}"] for r in per_seed) for d in DISTANCES])
     assert next(t for t in fig["data"] if t["name"].startswith("chance"))["y"] == [1 / 62, 1 / 62]
+    # the caption says that distance and where the key sits go together in this set
+    assert any("short distance plants the key late" in c.value and "--retrieval" in c.value for c in at.caption)
     # the adaptive rows against each matched baseline: paired by seed, the engine's interval, a plain verdict
     table = _frame(at, "against")
     assert list(dict.fromkeys(table["row"])) == ["full_adaptive", "shallow_freeze", "deep_practical_reuse", "learned_budget"]
