@@ -45,6 +45,8 @@ def groups_panel(page: str, runs: list[dict]) -> None:
             components.show_figure(fig, f"{page}._group.{name}")
     retrieval = study.retrieval_rows([{**g, "group": groups.group_label(g)} for g in chosen])
     if retrieval:  # groups that logged passkey retrieval: accuracy by distance, mean ± std over seeds
+        if note := study.unlearned_note(retrieval, study_views.RETRIEVAL_CHANCE):
+            st.warning(note)
         components.show_figure(group_figures.retrieval_figure(retrieval, study_views.RETRIEVAL_CHANCE,
                                                               title="passkey retrieval by distance · chosen groups"),
                                f"{page}._group_retrieval")

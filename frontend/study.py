@@ -8,6 +8,7 @@ written before the study carry neither of the last two and read as the code corp
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 from frontend.groups import row_order
@@ -16,6 +17,8 @@ RETRIEVAL = "retrieval@"
 MATCHED_BASELINES = ("fixed_window", "sink_window", "local_global")
 ADAPTIVE_MODES = ("aah", "learned")
 LOSS_KEYS = ("val_text_loss", "val_loss")  # the loss a study compares: the text alone when the runs have it
+# key characters behind one retrieval@d of one run: 64 sequences x 4 (aah_core/analysis/retrieval.py)
+RETRIEVAL_CELL_CHARS = 256
 
 
 def run_corpus(run: Mapping[str, Any]) -> str:
@@ -45,6 +48,22 @@ def loss_key(runs: Sequence[Mapping[str, Any]]) -> str:
 
 def distances(keys: Sequence[str]) -> list[int]:
     return sorted({int(k[len(RETRIEVAL):]) for k in keys if k.startswith(RETRIEVAL) and k[len(RETRIEVAL):].isdigit()})
+
+
+def chance_bound(chance: float) -> float:
+    """The most one run's retrieval@d reaches by luck: chance plus 4 binomial standard errors of its cell (the
+    bound a random model stays under in tests/core/test_retrieval.py)."""
+    return chance + 4 * math.sqrt(chance * (1 - chance) / RETRIEVAL_CELL_CHARS)
+
+
+def unlearned_note(rows: Sequence[Mapping[str, Any]], chance: float) -> str | None:
+    """What to say when no row retrieves above chance at any distance (runs too short to learn the task), else None."""
+    bound = chance_bound(chance)
+    if not rows or any(m > bound for r in rows for m in r["mean"] if m is not None):
+        return None
+    return (f"No row retrieves above chance at any distance: every mean is at most {bound:.3f} (chance {chance:.3f} "
+            "plus 4 binomial standard errors of one run's 256 key characters, which a random model stays under). "
+            "These runs did not learn the task, so their retrieval differences measure noise.")
 
 
 def retrieval_rows(groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

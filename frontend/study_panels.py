@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from frontend import components, study_views
+from frontend import components, study, study_views
 
 
 def study_panel(page: str, experiment: str, corpora: dict[str, str]) -> None:
@@ -15,6 +15,8 @@ def study_panel(page: str, experiment: str, corpora: dict[str, str]) -> None:
     st.subheader("Passkey retrieval at a distance")
     ret = study_views.retrieval(experiment, runs)
     if ret["rows"]:
+        if note := study.unlearned_note(ret["rows"], study_views.RETRIEVAL_CHANCE):
+            st.warning(note)
         components.show_figure(ret["figure"], f"{page}._retrieval")
         st.caption("A 4-character key follows a 4-character cue in random filler; the cue comes again at the end and "
                    "the key must be reproduced d tokens after it first appeared. Accuracy per key character, mean ± 1 "

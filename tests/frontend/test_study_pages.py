@@ -26,13 +26,13 @@ LOSS = {"code": {"baseline": 2.00, "full_adaptive": 2.02, "fixed_window": 2.015,
                     "local_global": 2.34, "learned_budget": 2.27, "shallow_freeze": 2.32, "deep_practical_reuse": 2.29}}
 
 
-def _retrieval(row: str, seed: int) -> dict[str, float]:
+def _retrieval(row: str, seed: int, learned: bool = True) -> dict[str, float]:
     reach = {"baseline": 200, "local_global": 200, "full_adaptive": 70, "learned_budget": 40}.get(row, 40)
-    acc = {f"retrieval@{d}": (0.9 if d < reach else 0.02) + 0.01 * seed for d in DISTANCES}
+    acc = {f"retrieval@{d}": (0.9 if d < reach and learned else 0.02) + 0.01 * seed for d in DISTANCES}
     return {**acc, "retrieval_mean": statistics.fmean(acc.values())}
 
 
-def _study(fake) -> None:
+def _study(fake, learned: bool = True) -> None:
     fake.runs_store[:] = [r for r in fake.runs_store if r["source"] != "suite"]  # this study is the only suite
     rid = 100
     for corpus, experiment in (("code", CODE), ("english", ENGLISH)):
@@ -45,7 +45,7 @@ def _study(fake) -> None:
                                 group=row, seed=seed)
                 run["summary"] = {"val_text_loss": LOSS[corpus][row] + 0.01 * seed * i, "val_loss": 3.0,
                                   "causal_coverage": COVERAGE[row] + 0.02 * seed * (mode != "static"),
-                                  **_retrieval(row, seed)}
+                                  **_retrieval(row, seed, learned)}
                 fake.runs_store.append(run)
     for scale, shift in ((0.5, {"baseline": 0.10, "full_adaptive": 0.05, "fixed_window": 0.10}),
                          (2.0, {"baseline": 0.01, "full_adaptive": 0.01, "fixed_window": 0.01})):
@@ -80,6 +80,7 @@ def test_reproduction_view_draws_the_study_on_each_corpus(fake_api):
         assert trace["error_y"]["array"] == pytest.approx(
             [statistics.stdev(r[f"retrieval@{d}"] for r in per_seed) for d in DISTANCES])
     assert next(t for t in fig["data"] if t["name"].startswith("chance"))["y"] == [1 / 62, 1 / 62]
+    assert not any("No row retrieves above chance" in w.value for w in at.warning)  # these rows learned it
     # the caption says that distance and where the key sits go together in this set
     assert any("short distance plants the key late" in c.value and "--retrieval" in c.value for c in at.caption)
     # the adaptive rows against each matched baseline: paired by seed, the engine's interval, a plain verdict
@@ -151,6 +152,21 @@ def test_compare_draws_retrieval_by_distance_for_the_chosen_groups(fake_api):
     per_seed = [_retrieval("full_adaptive", s) for s in range(3)]
     for t in lines:
         assert t["y"] == pytest.approx([statistics.fmean(r[f"retrieval@{d}"] for r in per_seed) for d in DISTANCES])
+
+
+def test_runs_that_never_learned_retrieval_say_so_above_their_chart(fake_api):
+    # accuracies 0.02-0.04: one seed's cell may reach chance + 4 standard errors = 1/62 + 0.0315 = 0.0476 by luck
+    _study(fake_api, learned=False)
+    for at in (page("compare", mode="reproduction", suite=CODE),
+               page("compare", mode="groups", groups=f"{CODE}::full_adaptive", keys="val_loss")):
+        assert not at.exception
+        notes = [w.value for w in at.warning if w.value.startswith("No row retrieves above chance")]
+        assert len(notes) == 1 and "at most 0.048" in notes[0]
+    assert study.chance_bound(1 / 62) == pytest.approx(1 / 62 + 4 * (1 / 62 * 61 / 62 / 256) ** 0.5)
+    rows = [{"row": "a", "mean": [0.02, 0.047]}, {"row": "b", "mean": [None, 0.01]}]
+    assert study.unlearned_note(rows, 1 / 62) is not None
+    assert study.unlearned_note([*rows, {"row": "c", "mean": [0.048]}], 1 / 62) is None and \
+        study.unlearned_note([], 1 / 62) is None
 
 
 def test_study_logic_rankings_and_lr_table_are_exact():
