@@ -91,19 +91,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _print_retrieval(model: Any, plan: Any) -> None:
     """Passkey accuracy per distance (rows) with the repeat at the sequence's end, as training logs it, and
     with the planted key at fixed starts (columns): a model that retrieves only near the start shows here."""
-    from aah_core.analysis import retrieval
+    from aah_core.analysis.retrieval import retrieval_chance, retrieval_table
 
-    T = model.seq_len
-    columns = {"end": retrieval.evaluate_retrieval(model, retrieval.retrieval_set(model.tokenizer, T), plan)}
-    for start in retrieval.retrieval_starts(T):
-        passkeys = retrieval.retrieval_set(model.tokenizer, T, start=start)
-        columns[f"start {start}"] = retrieval.evaluate_retrieval(model, passkeys, plan)
-    print(f"retrieval: key characters right (chance {retrieval.retrieval_chance():.3f}); columns: where the planted key starts")
-    print("distance " + "".join(f"{name:>10}" for name in columns))
-    for distance in retrieval.retrieval_distances(T):
-        key = retrieval.metric_key(distance)
-        cells = (f"{col[key]:10.3f}" if key in col else f"{'-':>10}" for col in columns.values())
-        print(f"{distance:>8} " + "".join(cells))
+    table = retrieval_table(model, plan)
+    print(f"retrieval: key characters right (chance {retrieval_chance():.3f}); columns: where the planted key starts")
+    print("distance " + f"{'end':>10}" + "".join(f"{f'start {s}':>10}" for s in table.starts))
+    for j, distance in enumerate(table.distances):
+        cells = (f"{'-':>10}" if column[j] is None else f"{column[j]:10.3f}" for column in table.by_start)
+        print(f"{distance:>8} {table.end[j]:10.3f}" + "".join(cells))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -89,3 +89,28 @@ def evaluate_retrieval(model: WindowedLM, rset: RetrievalSet, plan: torch.Tensor
     per_seq = torch.cat(correct).view(len(rset.distances), rset.per_distance, -1)
     out = {metric_key(d): float(acc) for d, acc in zip(rset.distances, per_seq.mean(dim=(1, 2)))}
     return {**out, MEAN_KEY: float(per_seq.mean())}
+
+
+@dataclass(frozen=True)
+class RetrievalTable:
+    """Passkey accuracy per distance with the repeat ending the sequence (`end`, as training logs it) and with
+    the planted key at fixed starts (`by_start[i][j]`: start i, distance j; None where it does not fit). A model
+    that copies only from the sequence's start shows as a high first column over a low `end` at short distances."""
+
+    distances: list[int]
+    starts: list[int]
+    end: list[float]
+    by_start: list[list[float | None]]
+
+
+def retrieval_table(model: WindowedLM, plan: torch.Tensor | None = None, n: int = PER_DISTANCE,
+                    backend: str = "auto") -> RetrievalTable:
+    """The table under `plan` (default: the model's own), n sequences per cell, at the model's seq_len."""
+    T = model.seq_len
+    distances, starts = retrieval_distances(T), retrieval_starts(T)
+    at_end = evaluate_retrieval(model, retrieval_set(model.tokenizer, T, n), plan, backend)
+    by_start = []
+    for start in starts:
+        acc = evaluate_retrieval(model, retrieval_set(model.tokenizer, T, n, start=start), plan, backend)
+        by_start.append([acc.get(metric_key(d)) for d in distances])
+    return RetrievalTable(distances, starts, [at_end[metric_key(d)] for d in distances], by_start)

@@ -17,6 +17,7 @@ from aah_core.analysis.retrieval import (
     retrieval_distances,
     retrieval_set,
     retrieval_starts,
+    retrieval_table,
 )
 from aah_core.config import apply_overrides
 from aah_core.data import ByteTokenizer
@@ -36,6 +37,7 @@ class CopyingStandIn(torch.nn.Module):
     def __init__(self, vocab: int, sources: int = T) -> None:
         super().__init__()
         self.vocab, self.sources = vocab, sources  # it copies only from the first `sources` positions
+        self.seq_len, self.tokenizer = T, ByteTokenizer()
         self.anchor = torch.nn.Parameter(torch.zeros(1))  # so the evaluator finds a device
         self.plan = torch.full((1, 1), T)
 
@@ -103,6 +105,16 @@ def test_a_model_that_copies_only_from_the_start_scores_by_where_the_key_sits_no
     assert at_end[metric_key(16)] == at_end[metric_key(32)] == 0.0 and at_end[metric_key(120)] == 1.0
     from_start = evaluate_retrieval(anchored, retrieval_set(ByteTokenizer(), T, n=4, start=0))
     assert from_start == {**{metric_key(d): 1.0 for d in retrieval_distances(T)}, MEAN_KEY: 1.0}
+
+
+def test_the_table_puts_each_start_beside_the_end_and_leaves_out_what_does_not_fit():
+    # a stand-in that copies from the first 40 positions only: keys planted at 0 and 32 are found at every
+    # distance that fits, keys at 64 and 96 never, and at the end only the far keys (planted at 25 and 1)
+    table = retrieval_table(CopyingStandIn(256, sources=40), n=2)
+    assert (table.distances, table.starts) == ([16, 32, 64, 96, 120], [0, 32, 64, 96])
+    assert table.end == [0.0, 0.0, 0.0, 1.0, 1.0]
+    assert table.by_start == [[1.0] * 5, [1.0, 1.0, 1.0, None, None], [0.0, 0.0, None, None, None],
+                              [0.0, None, None, None, None]]
 
 
 def test_a_random_model_is_at_chance():
