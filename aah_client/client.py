@@ -293,6 +293,11 @@ class ApiClient:
                 "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
         return self._post(f"/models/{model_id}/generate", body)
 
+    def retrieval(self, model_id: str, windows: Plan | None = None, per_cell: int = 16) -> Json:
+        """Passkey retrieval under a plan (None: the model's own): accuracy by distance with the key's repeat
+        ending the sequence (`end`) and with the key planted at fixed `starts` (`by_start`)."""
+        return self._post(f"/models/{model_id}/retrieval", {"windows": windows, "per_cell": per_cell})
+
     # -- serving grains and export -------------------------------------------------------------------
     def round_plan(
         self, model_id: str, windows: Plan, granularity: Granularity = "transformers", mode: RoundMode = "up",

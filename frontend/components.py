@@ -242,6 +242,18 @@ def placeholder(text: str) -> None:
     st.info(text, icon="ℹ️")
 
 
+def last_plan_result(state: str, model_id: str, plan: list, button: str, action: str) -> dict | None:
+    """A panel's last result (st.session_state[state], with its "model" and encoded "plan") for this model, or
+    None after a line saying to press `button` to `action`; a caption says when the plan has changed since."""
+    res = st.session_state.get(state)
+    if not res or res["model"] != model_id:
+        placeholder(f"Press {button} to {action}.")
+        return None
+    if res["plan"] != plans.encode_plan(plan):
+        st.caption(f"Computed under the plan {res['plan']}; the plan has changed since: press {button} again.")
+    return res
+
+
 def unavailable_models_note(where: Any = st) -> None:
     """Under a model picker: how many registered models the API could not open, and each one's reason
     (GET /models/unavailable); nothing when every model opened."""

@@ -53,12 +53,10 @@ def generate_panel(model: dict, plan: list) -> None:
         n = st.slider("New tokens", 1, top, min(64, top), key="editor._gen_n")
         if st.button("Generate", key="editor._gen_btn", help="greedy decoding with per-head KV caches"):
             _run(model["id"], prompt, plan, n)
-        res = st.session_state.get(STATE)
-        if not res or res["model"] != model["id"]:
-            components.placeholder("Press Generate to continue the prompt under the edited plan and under the model's own.")
+        res = components.last_plan_result(STATE, model["id"], plan, "Generate",
+                                          "continue the prompt under the edited plan and under the model's own")
+        if res is None:
             return
-        if res["plan"] != plans.encode_plan(plan):
-            st.caption(f"Generated under the plan {res['plan']}; the plan has changed since: press Generate again.")
         left, right = st.columns(2)
         _column(left, "edited plan", res["prompt"], res["edited"])
         _column(right, "model's own plan", res["prompt"], res["own"])

@@ -32,6 +32,8 @@ from backend.schemas.models import (
     ModelWindowsResponse,
     RetainedMassRequest,
     RetainedMassResponse,
+    RetrievalRequest,
+    RetrievalResponse,
     SensitivityResponse,
     TextInfo,
 )
@@ -161,6 +163,15 @@ async def read_sensitivity(model_id: ModelId, registry: RegistryDep, heavy: Heav
     """Per head and bucket: the loss increase when that head alone gets that window."""
     return await heavy.json_response(("sensitivity", model_id, eval_set),
                                      lambda: analysis.sensitivity(registry, registry.get(model_id), eval_set))
+
+
+@router.post("/{model_id}/retrieval", response_model=RetrievalResponse, responses=BUSY)
+async def read_retrieval(model_id: ModelId, body: RetrievalRequest, registry: RegistryDep,
+                         heavy: HeavyDep) -> Response:
+    """Passkey retrieval under a plan: accuracy by distance with the key's repeat ending the sequence, and with
+    the key planted at fixed starts (a model that copies only from the sequence's start shows there)."""
+    return await heavy.json_response(("retrieval", model_id, body.model_dump_json()),
+                                     lambda: analysis.passkey_retrieval(registry, registry.get(model_id), body))
 
 
 @router.post("/{model_id}/allocate", response_model=AllocateResponse, responses=BUSY)

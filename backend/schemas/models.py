@@ -289,6 +289,27 @@ class CostResponse(CostFields):
     measured: MeasuredCostPublic | None = None
 
 
+class RetrievalRequest(Request):
+    windows: Plan | None = Field(None, description="null: the model's own plan")
+    per_cell: int = Field(16, ge=2, le=64, description="passkey sequences per (distance, start) cell")
+
+
+class RetrievalResponse(Response):
+    """Passkey retrieval under a plan (aah_core/analysis/retrieval.py): accuracy per key character at each
+    distance with the repeat ending the sequence (`end`, as training logs it), and with the planted key at
+    fixed starts (`by_start[i][j]`: starts[i], distances[j]; null where the distance does not fit)."""
+
+    windows: list[list[int | None]]
+    distances: list[int]
+    starts: list[int]
+    end: list[float]
+    by_start: list[list[float | None]]
+    chance: float
+    key_chars_per_cell: int
+    elapsed_ms: float
+    cached: bool = False
+
+
 class GenerateRequest(Request):
     prompt: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
     windows: Plan | None = Field(None, description="null: the model's own plan")

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from aah_core.analysis import diagnostics
+from aah_core.analysis import diagnostics, retrieval
 from aah_core.analysis.allocate import allocate as run_allocation
 from aah_core.analysis.evaluate import PrefixCachedEvaluator
 from aah_core.errors import InvalidWindowPlan
@@ -32,6 +32,8 @@ from backend.schemas.models import (
     PerTokenLosses,
     RetainedMassRequest,
     RetainedMassResponse,
+    RetrievalRequest,
+    RetrievalResponse,
     SensitivityResponse,
     SweepPick,
 )
@@ -125,6 +127,26 @@ def evaluate(registry: Registry, lm: LoadedModel, body: EvaluateRequest) -> Eval
         per_token=per_token, sinks=sinks, **coverage_metrics(plan, lm.info.seq_len, sinks),
         **cost_fields(exact_cost(lm, plan, lm.info.seq_len, sinks)).model_dump(),
     )
+
+
+def passkey_retrieval(registry: Registry, lm: LoadedModel, body: RetrievalRequest) -> RetrievalResponse:
+    """The passkey table under a plan; a tokenizer that splits a letter or digit in two cannot run it (422)."""
+    t0 = time.perf_counter()
+    plan = lm.plan if body.windows is None else parse_plan(lm, body.windows)
+    key = (lm.id, "retrieval", _plan_key(plan), body.per_cell)
+    table, cached = registry.cached(key), True
+    if table is None:
+        cached = False
+        with lm.lock:
+            try:
+                table = retrieval.retrieval_table(lm.model, plan, body.per_cell)
+            except ValueError as exc:  # the tokenizer, or a context too short for any passkey
+                raise InvalidInput(f"passkey retrieval cannot run on model {lm.id!r}: {exc}") from None
+        registry.remember(key, table)
+    return RetrievalResponse(
+        windows=plan_to_json(plan, lm.info.seq_len), distances=table.distances, starts=table.starts, end=table.end,
+        by_start=table.by_start, chance=retrieval.retrieval_chance(), key_chars_per_cell=body.per_cell * retrieval.KEY_LEN,
+        elapsed_ms=(time.perf_counter() - t0) * 1000, cached=cached)
 
 
 def _check_head(lm: LoadedModel, layer: int, head: int) -> None:

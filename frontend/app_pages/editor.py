@@ -2,7 +2,18 @@
 
 import streamlit as st
 
-from frontend import api, components, editor_panel, figures, generate_panel, history, plans, serving_panel, views
+from frontend import (
+    api,
+    components,
+    editor_panel,
+    figures,
+    generate_panel,
+    history,
+    plans,
+    retrieval_panel,
+    serving_panel,
+    views,
+)
 
 PAGE = "editor"
 st.title("Window editor")
@@ -74,6 +85,7 @@ def panel() -> None:
     components.publish(PAGE, live)
     charts(hist, result, live["metric"])
     generate_panel.generate_panel(model, hist.current)
+    retrieval_panel.retrieval_panel(model, hist.current)
     components.share_bar(PAGE, live, lambda: views.editor_section(live))
 
 

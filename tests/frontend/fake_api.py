@@ -211,6 +211,19 @@ class FakeApi:
                 "cache_bytes": [_cost(plan, c)["kv_bytes"] for c in contexts],
                 "kv_bytes_full": _cost(plan, contexts[-1])["kv_bytes_full"], "elapsed_ms": 5.0}
 
+    def retrieval(self, model_id, windows=None, per_cell=16):
+        self._rec("retrieval", model_id, windows=windows, per_cell=per_cell)
+        plan = OWN if windows is None else windows
+        reach = max(T if w is None else w for row in plan for w in row)  # the farthest any head sees
+        distances, starts = [8, 16, 24, 25], [0, 8, 16, 24]  # the engine's at T = 32
+
+        def acc(d):
+            return 0.9 if d < reach else 0.02
+
+        return {"windows": plan, "distances": distances, "starts": starts, "end": [acc(d) for d in distances],
+                "by_start": [[acc(d) if s + d + 8 <= T + 1 else None for d in distances] for s in starts],
+                "chance": 1 / 62, "key_chars_per_cell": 4 * per_cell, "elapsed_ms": 30.0, "cached": False}
+
     def runs(self, experiment=None, preset=None, status=None, limit=100, offset=0, source=None, group=None, tag=None):
         self._rec("runs", experiment=experiment, preset=preset, status=status, limit=limit,
                   **{k: v for k, v in (("source", source), ("group", group), ("tag", tag)) if v})

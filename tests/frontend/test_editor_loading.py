@@ -51,6 +51,27 @@ def test_editor_generate_panel_shows_both_continuations(fake_api):
     assert not at.exception
 
 
+def test_editor_retrieval_panel_tables_both_plans_by_distance_and_start(fake_api):
+    # the fake API retrieves a key d back when some head sees further than d: the edited plan's farthest
+    # window is 8 (nothing retrieved), the model's own plan has full heads (every distance)
+    at = page("editor", plan="4.4.4.4_8.8.4.4")
+    open_expander(at, "editor._ret_open")
+    assert not fake_api.called("retrieval")  # only on the button
+    assert any("Press Measure" in i.value for i in at.info)
+    at.button(key="editor._ret_btn").click().run()
+    edited, own = fake_api.called("retrieval")
+    assert edited[2]["windows"] == [[4, 4, 4, 4], [8, 8, 4, 4]] and own[2]["windows"] is None
+    tables = [d.value for d in at.dataframe if "distance" in d.value.columns]
+    assert len(tables) == 2 and not at.exception
+    starts, distances = [0, 8, 16, 24], [8, 16, 24, 25]
+    for table, acc in zip(tables, ("0.02", "0.90")):
+        assert list(table.columns) == ["distance", "repeat at the end", *[f"key at {s}" for s in starts]]
+        assert list(table["distance"]) == distances and list(table["repeat at the end"]) == [acc] * 4
+        for s in starts:  # a key at s reproduced d later fits in T = 32 when s + d + 8 <= 33
+            assert list(table[f"key at {s}"]) == [acc if s + d + 8 <= 33 else "–" for d in distances]
+    assert not any("plan has changed" in c.value for c in at.caption)
+
+
 def test_a_replayed_log_edits_nothing_and_each_edit_sets_its_own_head():
     """The browser sends its whole unacknowledged log with each message: messages at or below the
     script's ack were applied already and change nothing; the others apply in order, each to the head

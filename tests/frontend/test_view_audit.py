@@ -33,7 +33,8 @@ LINKS: dict[str, list[dict[str, str]]] = {
                 {"mode": "reproduction", "suite": "demo", "corpus": "code", "rkey": "acr"}],
     "present": [{"deck": "2,1", "slide": "1", "mode": "present"}],
 }
-LAZY = {"editor": ["editor._gen_open", "editor._serving", "editor._table_open"]}  # every page has "<page>._share"
+# every page has "<page>._share" besides these
+LAZY = {"editor": ["editor._gen_open", "editor._serving", "editor._table_open", "editor._ret_open"]}
 
 
 def _widgets(at: AppTest) -> list[Widget]:
