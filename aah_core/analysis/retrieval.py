@@ -84,7 +84,7 @@ def evaluate_retrieval(model: WindowedLM, rset: RetrievalSet, plan: torch.Tensor
         idx, targets = rset.idx[start:start + chunk].to(device), rset.targets[start:start + chunk].to(device)
         keep = targets >= 0
         final = model.run_layers(model.embed(idx), plan, backend=backend)
-        logits = model.logits(final[keep])  # [key characters, V]: logits at the answers only
+        logits = model.logits(final[keep].unsqueeze(0))[0]  # [key characters, V]: at the answers only ([B, T, C] in)
         correct.append((logits.argmax(-1) == targets[keep]).view(len(idx), -1).float())
     per_seq = torch.cat(correct).view(len(rset.distances), rset.per_distance, -1)
     out = {metric_key(d): float(acc) for d, acc in zip(rset.distances, per_seq.mean(dim=(1, 2)))}

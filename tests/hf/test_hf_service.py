@@ -68,6 +68,10 @@ def test_a_registered_gemma3_shows_its_native_windows_and_evaluates(service, hf_
     assert len(mass["mass"]) == 3 and len(mass["mass"][0][0]) == len(info["buckets"])
     sens = client.get(f"/api/v1/models/{model_id}/sensitivity", params={"eval_set": "english"}).json()
     assert len(sens["delta"]) == 3 and any(abs(v) > 0 for row in sens["delta"] for head in row for v in head)
+    passkey = client.post(f"/api/v1/models/{model_id}/retrieval", json={"windows": edited, "per_cell": 2},
+                          headers=AUTH).json()
+    assert passkey["windows"] == edited and len(passkey["end"]) == len(passkey["distances"]) > 0  # its own tokenizer
+    assert all(0.0 <= a <= 1.0 for a in passkey["end"]) and passkey["key_chars_per_cell"] == 8
 
 
 def test_paths_outside_the_roots_symlinks_out_and_pickles_are_refused(service, hf_root, tmp_path):
