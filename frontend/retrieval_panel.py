@@ -52,4 +52,5 @@ def retrieval_panel(model: dict, plan: list) -> None:
         st.caption(f"Accuracy per key character, {edited['key_chars_per_cell']} key characters a cell; chance is "
                    f"{edited['chance']:.3f}. A 4-character key follows a 4-character cue in random filler; the cue "
                    "comes again and the key must follow it. A head whose window is ≤ d cannot see the key from there. "
-                   f"“{NO_FIT}”: the distance does not fit after that start.")
+                   f"“{NO_FIT}”: the distance does not fit after that start. Measured in "
+                   f"{(edited['elapsed_ms'] + res['own']['elapsed_ms']) / 1000:.1f} s.")

@@ -70,6 +70,8 @@ def test_editor_retrieval_panel_tables_both_plans_by_distance_and_start(fake_api
         for s in starts:  # a key at s reproduced d later fits in T = 32 when s + d + 8 <= 33
             assert list(table[f"key at {s}"]) == [acc if s + d + 8 <= 33 else "–" for d in distances]
     assert not any("plan has changed" in c.value for c in at.caption)
+    assert any(c.value.startswith("Accuracy per key character, 64 key characters a cell") and
+               c.value.endswith("Measured in 0.1 s.") for c in at.caption)  # the fake answers in 30 ms each
 
 
 def test_a_replayed_log_edits_nothing_and_each_edit_sets_its_own_head():
