@@ -38,6 +38,14 @@ RUN_ENV, SECRET_ENV = "AAH_TRACKING_RUN_ID", "AAH_TRACKING_SECRET"
 RECONNECT_S = 2.0  # a job whose server restarts finds it again this soon (one health check per try)
 
 
+def _cleared(target: Target, job_id: str, was: str | None, state: EngineState) -> EngineState:
+    """A job cancelled while queued (`was` PENDING) that its engine has ended: deleted from the engine's list
+    (Ray keeps a job it failed listed), or PENDING to the caller while the engine refuses, so it asks again."""
+    if was == "PENDING" and state.state in ENDED and state.state != "GONE" and not target.forget(job_id):
+        return EngineState("PENDING", state.reason)
+    return state
+
+
 class TargetJobs:
     def __init__(self, settings: Settings, sessions: sessionmaker[Session], local: JobManager,
                  targets: dict[str, Target]) -> None:
@@ -146,10 +154,8 @@ class TargetJobs:
     def _settle(self, target: Target, job: run_store.EngineJob, state: EngineState) -> EngineState:
         """A run cancelled here that its engine had not ended: ask again; a queued one is cleared once ended."""
         if state.state not in ENDED:
-            return target.cancel(job.engine_job_id or "", 0.0)
-        if job.engine_state == "PENDING" and state.state != "GONE" and not target.forget(job.engine_job_id or ""):
-            return EngineState("PENDING", state.reason)  # not cleared yet: follow it until it is
-        return state
+            state = target.cancel(job.engine_job_id or "", 0.0)
+        return _cleared(target, job.engine_job_id or "", job.engine_state, state)
 
     def _record(self, run_id: int, state: EngineState, cancelled: bool = False) -> None:
         with transaction(self.sessions) as s:
@@ -184,7 +190,10 @@ class TargetJobs:
             with transaction(self.sessions) as s:
                 run_store.end_run(s, run_id, "KILLED", lifecycle.CANCELLED)
         else:
-            state = target.cancel(run.engine_job_id, CANCEL_WAIT_S)  # 503 when unreachable: the run stays as is
+            # 503 when unreachable: the run stays as is. Ray may give up on a queued job while the cancel waits:
+            # it is cleared from Ray's list then, as the poller clears one that ends later
+            state = _cleared(target, run.engine_job_id, run.engine_state,
+                             target.cancel(run.engine_job_id, CANCEL_WAIT_S))
             if state.state in ENDED:
                 self._record(run_id, state, cancelled=True)
             else:  # e.g. Ray cannot stop a job still waiting for resources: the poller asks again (_settle)

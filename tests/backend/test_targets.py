@@ -146,3 +146,29 @@ def test_a_cluster_jobs_run_refuses_writes_without_its_own_secret(client: TestCl
     with transaction(client.app.state.sessions) as s:
         tracked = run_store.create_run(s, name="tracked", experiment="tracked", source="tracked", status="RUNNING")
     assert log(client, tracked, {SECRET_HEADER: secret})[0] == 403
+
+
+def test_a_queued_job_its_engine_ended_is_cleared_from_the_engines_list_or_followed_until_it_can_be() -> None:
+    """Ray may give up on a job still waiting for resources while its cancel waits (a FAILED job, still listed):
+    the cancel and the poller then delete it from Ray's list; while Ray refuses, the run stays followed."""
+    from backend.services.target_jobs import _cleared
+    from backend.services.targets import EngineState
+
+    class Engine:
+        def __init__(self, deletes: bool) -> None:
+            self.deletes, self.forgotten = deletes, []
+
+        def forget(self, job_id: str) -> bool:
+            self.forgotten.append(job_id)
+            return self.deletes
+
+    failed = EngineState("FAILED", "job supervisor actor failed to start")
+    engine = Engine(deletes=True)
+    assert _cleared(engine, "j1", "PENDING", failed) == failed and engine.forgotten == ["j1"]
+    refusing = Engine(deletes=False)
+    assert _cleared(refusing, "j2", "PENDING", failed) == EngineState("PENDING", failed.reason)
+    untouched = Engine(deletes=True)  # a job that ran, one still queued, one already gone: nothing to delete
+    for was, state in (("RUNNING", failed), ("PENDING", EngineState("PENDING", "waiting")),
+                       ("PENDING", EngineState("GONE", "unknown"))):
+        assert _cleared(untouched, "j3", was, state) == state
+    assert untouched.forgotten == []
