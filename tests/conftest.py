@@ -33,6 +33,12 @@ def _one_default_ssl_context() -> None:
 
 _one_default_ssl_context()
 
+# OpenMP threads sleep at barriers instead of spinning, in the test processes and everything they start (set
+# before anything imports torch). `make test` exports this (Makefile); a plain `pytest` did not, and with two
+# xdist workers on two cores a thread spinning for a descheduled peer held the other worker's core: the whole
+# suite took 960 s and 1,229 s of user CPU that way, against 555 s and 653 s under `make pytest` (2-core box).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # FastAPI's TestClient and schemathesis send "Host: testserver": the in-process apps of the tests
 # answer to it too (set before any test module builds an app; the Host check itself is tested
 # against a real server in tests/backend/test_host_header.py, without this name).
@@ -50,21 +56,20 @@ SHARED_RESOURCES = {"tests/frontend/test_browser": "browser", "tests/clusters/":
 
 
 # Measured cost of the long scopes, in worker-seconds of `make test` on the 2-core box (the per-test durations of
-# one whole run summed by scope, scaled to a 1,300 s total; the relative sizes are what count). The scheduler
+# one whole run summed by scope: 1,383 s in all, two workers; the relative sizes are what count). The scheduler
 # hands out the costliest scope left first (longest-processing-time first): ordered by their number of tests
 # instead, the scopes of a few long tests (tracking, ship, ddp) came last and one worker finished alone. A scope
 # not listed is estimated from its number of tests.
 SCOPE_COST_S = {
-    "browser": 270, "clusters": 140, "tests/backend/test_fuzz.py": 105, "flex": 85, "tests/tracking/test_tracking.py": 75,
-    "tests/backend/test_write_authority.py": 40, "tests/ship/test_make_test.py": 35,
-    "tests/backend/test_hostile_models.py": 32, "tests/backend/test_bounded_reads.py": 30, "tests/core/test_presets.py": 29,
-    "tests/ship/test_serve.py": 24, "tests/core/test_checkpoint_train.py": 22, "tests/ship/test_wheel.py": 20,
-    "tests/backend/test_jobs.py": 20, "tests/frontend/test_pages.py": 19, "tests/ship/test_gpu_check.py": 19,
-    "tests/backend/test_worker_lifecycle.py": 19, "tests/backend/test_storage_faults.py": 16,
-    "tests/backend/test_server_faults.py": 16, "tests/backend/test_upload_faults.py": 15,
-    "tests/hf/test_serving_export.py": 15, "tests/backend/test_downsample.py": 15,
-    "tests/backend/test_final_checkpoint.py": 14, "tests/frontend/test_view_audit.py": 14, "tests/core/test_cli.py": 14,
-    "tests/core/test_ddp.py": 13, "tests/core/test_generate.py": 12}
+    "browser": 384, "clusters": 163, "tests/backend/test_fuzz.py": 120, "flex": 78, "tests/tracking/test_tracking.py": 56,
+    "tests/backend/test_suite_seed.py": 45, "tests/ship/test_serve.py": 32, "tests/core/test_suite.py": 31,
+    "tests/backend/test_hostile_models.py": 31, "tests/backend/test_write_authority.py": 29,
+    "tests/backend/test_bounded_reads.py": 23, "tests/backend/test_worker_lifecycle.py": 21,
+    "tests/backend/test_final_checkpoint.py": 18, "tests/backend/test_server_faults.py": 18,
+    "tests/core/test_presets.py": 17, "tests/frontend/test_pages.py": 17, "tests/backend/test_upload_faults.py": 17,
+    "tests/ship/test_wheel.py": 15, "tests/backend/test_jobs.py": 15, "tests/backend/test_storage_faults.py": 14,
+    "tests/ship/test_gpu_check.py": 13, "tests/core/test_suite_merge.py": 13, "tests/hf/test_serving_export.py": 13,
+    "tests/core/test_checkpoint_train.py": 12, "tests/frontend/test_view_audit.py": 12}
 UNLISTED_TEST_S = 0.2  # the mean test of the scopes not listed
 
 

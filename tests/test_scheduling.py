@@ -37,7 +37,7 @@ class _Node:
 
 def test_the_costliest_scope_left_is_sent_first() -> None:
     ids = ["tests/a.py::t1", "tests/a.py::t2", "tests/a.py::t3",  # unlisted: 3 tests of the mean cost
-           "tests/core/test_ddp.py::t", "tests/frontend/test_browser.py::t", "tests/b.py::t"]
+           "tests/core/test_presets.py::t", "tests/frontend/test_browser.py::t", "tests/b.py::t"]
     # pytest-xdist's own __init__ wants a whole config; the queue and the bookkeeping it reads are set here
     scheduler = object.__new__(scope_scheduler())
     scheduler.workqueue = OrderedDict()
@@ -47,5 +47,5 @@ def test_the_costliest_scope_left_is_sent_first() -> None:
     scheduler.assigned_work, scheduler.registered_collections = {}, {node: ids}
     while scheduler.workqueue:
         scheduler._assign_work_unit(node)
-    assert list(scheduler.assigned_work[node]) == ["browser", "tests/core/test_ddp.py", "tests/a.py", "tests/b.py"]
+    assert list(scheduler.assigned_work[node]) == ["browser", "tests/core/test_presets.py", "tests/a.py", "tests/b.py"]
     assert node.sent == [[4], [3], [0, 1, 2], [5]]
