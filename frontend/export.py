@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import logging
 import shutil
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -128,15 +129,37 @@ class ExportUnavailable(RuntimeError):
     """PNG/SVG export cannot run in this environment; the message says why."""
 
 
+# Kaleido bounds the drawing itself (90 s), not its Chromium's start, its tab or its close: under load a
+# render was seen waiting in one of those for good (a test stopped by its 600 s timeout), and the page with it.
+RENDER_DEADLINE_S = 120.0
+
+
 def figure_image(fig: go.Figure, fmt: str = "png", scale: float = 2.0) -> bytes:
-    """Render one figure to PNG or SVG bytes with Kaleido, or raise ExportUnavailable with the reason."""
+    """Render one figure to PNG or SVG bytes with Kaleido, or raise ExportUnavailable with the reason (also
+    when no image came within RENDER_DEADLINE_S)."""
     if fmt not in ("png", "svg"):
         raise ValueError(f"format {fmt!r} is not supported; use 'png' or 'svg'")
     ok, reason = image_export_status()
     if not ok:
         raise ExportUnavailable(reason)
-    try:
-        return fig.to_image(format=fmt, scale=scale if fmt == "png" else 1)
-    except Exception as exc:  # Kaleido/Chromium failures come in many types; report them as one
-        logger.warning("image export failed: %s", exc)
-        raise ExportUnavailable(f"Kaleido could not render the figure here: {exc}") from exc
+    images: list[bytes] = []
+    errors: list[Exception] = []
+
+    def render() -> None:
+        try:
+            images.append(fig.to_image(format=fmt, scale=scale if fmt == "png" else 1))
+        except Exception as exc:  # Kaleido/Chromium failures come in many types; report them as one
+            errors.append(exc)
+
+    # a daemon thread: one that never returns is left behind instead of holding the page
+    worker = threading.Thread(target=render, name="aah-image-export", daemon=True)
+    worker.start()
+    worker.join(RENDER_DEADLINE_S)
+    if images:
+        return images[0]
+    if not errors:
+        logger.warning("image export gave no image within %.0f s", RENDER_DEADLINE_S)
+        raise ExportUnavailable(f"Kaleido gave no image within {RENDER_DEADLINE_S:.0f} s (its Chromium did not "
+                                "answer; the machine may be busy). Try again, or use the HTML export.")
+    logger.warning("image export failed: %s", errors[0])
+    raise ExportUnavailable(f"Kaleido could not render the figure here: {errors[0]}") from errors[0]

@@ -1,6 +1,7 @@
 """Offline HTML export and the PNG/SVG path."""
 
 import re
+import threading
 
 import pytest
 
@@ -27,6 +28,27 @@ def test_image_export_reports_why_when_unavailable(monkeypatch):
         export.figure_image(figures.token_delta_figure(["a"], [0.0]), "png")
     with pytest.raises(ValueError):
         export.figure_image(figures.token_delta_figure(["a"], [0.0]), "gif")
+
+
+def test_an_image_that_never_comes_is_reported_by_the_deadline(monkeypatch):
+    """Under load a Kaleido render once waited for good (in its Chromium's start, tab or close, which its own
+    90 s limit does not cover) and held the page with it: now the page gets an error by the deadline."""
+    monkeypatch.setattr(export, "image_export_status", lambda: (True, ""))
+    monkeypatch.setattr(export, "RENDER_DEADLINE_S", 0.2)
+    release = threading.Event()
+    fig = figures.token_delta_figure(["a"], [0.0])
+    monkeypatch.setattr(type(fig), "to_image", lambda self, **kw: release.wait(30) and b"late")
+    try:
+        with pytest.raises(export.ExportUnavailable, match="gave no image within"):
+            export.figure_image(fig, "png")
+    finally:
+        release.set()
+    # a render that fails says why, and one that works returns its bytes
+    monkeypatch.setattr(type(fig), "to_image", lambda self, **kw: (_ for _ in ()).throw(OSError("pipe closed")))
+    with pytest.raises(export.ExportUnavailable, match="could not render the figure here: pipe closed"):
+        export.figure_image(fig, "png")
+    monkeypatch.setattr(type(fig), "to_image", lambda self, **kw: b"\x89PNG")
+    assert export.figure_image(fig, "png") == b"\x89PNG"
 
 
 @pytest.mark.slow
