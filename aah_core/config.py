@@ -34,6 +34,8 @@ TRAIN_BOUNDS: Bounds = {
     "checkpoint_every": (0, STEPS_MAX), "threads": (0, 1024), "stop_copy_below_chance": (0.0, 100.0),
 }
 
+RETRIEVAL_ANCHORS = ("end", "start")
+
 
 @dataclass
 class DataConfig:
@@ -84,6 +86,9 @@ class TrainConfig:
     threads: int = 0  # 0 = torch default
     # stop early once val_copy_loss <= ln(alphabet) - stop_copy_below_chance at two evals in a row (0 = off)
     stop_copy_below_chance: float = 0.0
+    # where the logged passkey set plants its key (analysis/retrieval.py): "end" (the repeat ends the sequence,
+    # as every run before this setting) or "start" (the key at the sequence's start, the repeat d tokens later)
+    retrieval_anchor: str = "end"
 
     def __post_init__(self) -> None:
         check_bounds(self, "train", TRAIN_BOUNDS)
@@ -94,6 +99,8 @@ class TrainConfig:
                 raise InvalidConfig(f"train.{name} must be in [0, 1); got {getattr(self, name)}")
         if not isinstance(self.backend, str) or len(self.backend) > 32:
             raise InvalidConfig("train.backend must be a backend name (auto, reference, banded, flex, flash)")
+        if self.retrieval_anchor not in RETRIEVAL_ANCHORS:
+            raise InvalidConfig(f"train.retrieval_anchor must be 'end' or 'start'; got {self.retrieval_anchor!r}")
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any
 
 from aah_core.errors import AAHError
 from aah_core.paper import PAPER_ROWS
-from aah_core.suite import CORPORA, MATCHED_ROWS, render, summarize
+from aah_core.suite import CORPORA, MATCHED_ROWS, flat_config, render, summarize
 from aah_core.suite_pack import PackedRun, folder_runs, read_pack, run_line, write_pack
 from aah_core.suite_study import folder, render_study, summarize_study
 
@@ -30,16 +30,9 @@ ORDER = (*PAPER_ROWS, *MATCHED_ROWS)
 HAND = re.compile(r"^## .*\(added by hand\)", re.M)  # a report's hand-written sections start so
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
-
-
 def suite_keys(config: dict[str, Any]) -> dict[str, Any]:
     """A run's resolved config without the keys its row sets (flattened)."""
-    return {k: v for k, v in _flat(config).items() if not k.startswith(ROW_KEYS)}
+    return {k: v for k, v in flat_config(config).items() if not k.startswith(ROW_KEYS)}
 
 
 def identity(run: dict[str, Any]) -> tuple[str, int, str, str, float]:

@@ -107,6 +107,23 @@ def summarize_study(study: dict[str, Any]) -> dict[str, Any]:
             "lr_flips": {s: order_changes(lr_rankings["1"], r) for s, r in lr_rankings.items() if s != "1"}}
 
 
+# what the logged passkey set is, by the runs' train.retrieval_anchor (a suite from before the setting: "end")
+RETRIEVAL_SET = {
+    "end": "A key of 4 characters follows a 4-character cue in random filler; the cue comes again at the end and the "
+           "key must be reproduced d tokens after its first occurrence (aah_core/analysis/retrieval.py). Accuracy is "
+           f"per key character; chance is 1/62 = {1 / 62:.3f}. The repeat always ends the sequence, so a short distance "
+           "plants the key late: a model that learned to copy only from the sequence's start (the copy task starts "
+           "every span there) scores by where the key sits, not by distance (`aah eval CHECKPOINT --retrieval` "
+           "tables both; the last section measures it).",
+    "start": "A key of 4 characters follows a 4-character cue at the start of random filler; the cue comes again d "
+             "tokens later and the key must be reproduced there (aah_core/analysis/retrieval.py; these runs' "
+             f"`train.retrieval_anchor` is start). Accuracy is per key character; chance is 1/62 = {1 / 62:.3f}. Every "
+             "distance asks for the same copy from the sequence's start, where the copy task starts every span, so "
+             "only the distance changes: a head whose window is at most d cannot reach the key (`aah eval CHECKPOINT "
+             "--retrieval` also tables keys planted further in).",
+}
+
+
 def _verdict(d: dict[str, Any], digits: int) -> str:
     shown = f"{d['mean']:+.{digits}f} ± {d['ci95']:.{digits}f}"
     return f"{shown} (no difference resolved)" if d["within_noise"] else shown
@@ -126,12 +143,7 @@ def render_study(study: dict[str, Any]) -> str:
            f"{sum(walls.values()) / 3600:.2f} h of training wall time in total ({statistics.mean(walls.values()):.0f} s per "
            "run, one torch thread each). The sections above describe the first corpus; those below every corpus.",
            "", "## Passkey retrieval at a distance (accuracy, mean ± std over seeds)", "",
-           "A key of 4 characters follows a 4-character cue in random filler; the cue comes again at the end and the "
-           "key must be reproduced d tokens after its first occurrence (aah_core/analysis/retrieval.py). Accuracy is "
-           f"per key character; chance is 1/62 = {1 / 62:.3f}. The repeat always ends the sequence, so a short distance "
-           "plants the key late: a model that learned to copy only from the sequence's start (the copy task starts "
-           "every span there) scores by where the key sits, not by distance (`aah eval CHECKPOINT --retrieval` "
-           "tables both; the last section measures it)."]
+           RETRIEVAL_SET[first["settings"].get("train.retrieval_anchor", "end")]]
     for corpus, rsum in summary["corpora"].items():
         dists = sorted({k for e in rsum.values() for k in e if k.startswith("retrieval@")}, key=lambda k: int(k[10:]))
         if not dists:

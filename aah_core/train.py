@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from aah_core.analysis.evaluate import evaluate_loss, model_device
-from aah_core.analysis.retrieval import evaluate_retrieval, retrieval_set
+from aah_core.analysis.retrieval import evaluate_retrieval, logged_set
 from aah_core.checkpoint import load_checkpoint, read_train_state, save_checkpoint
 from aah_core.config import RunConfig
 from aah_core.controller import Controller, build_controller
@@ -143,8 +143,8 @@ def evaluate_run(model: WindowedGPT, data: DataStream, cfg: RunConfig) -> dict[s
         if data.cfg.synthetic != "none":
             syn = evaluate_loss(model, data.eval_batch("copy", n), backend=cfg.train.backend)
             out.update(val_copy_loss=syn, val_loss=(text + syn) / 2)
-            out.update(evaluate_retrieval(model, retrieval_set(data.tokenizer, cfg.model.seq_len),
-                                          backend=cfg.train.backend))
+            rset = logged_set(data.tokenizer, cfg.model.seq_len, cfg.train.retrieval_anchor)
+            out.update(evaluate_retrieval(model, rset, backend=cfg.train.backend))
     model.train()
     return out
 

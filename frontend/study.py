@@ -46,6 +46,27 @@ def loss_key(runs: Sequence[Mapping[str, Any]]) -> str:
         else LOSS_KEYS[1]
 
 
+# where a run's logged passkey set plants its key (aah_core/analysis/retrieval.py): runs from before the
+# setting have no such param and planted it where its repeat ends the sequence
+ANCHOR_PARAM = "train.retrieval_anchor"
+RETRIEVAL_SET = {
+    "end": "A 4-character key follows a 4-character cue in random filler; the cue comes again at the end and the "
+           "key must be reproduced d tokens after it first appeared. The repeat always ends the sequence, so a short "
+           "distance plants the key late: a model that learned to copy only from the sequence's start (the suite's "
+           "copy task starts every span there) scores by where the key sits, not by distance. "
+           "`aah eval CHECKPOINT --retrieval` tables both.",
+    "start": "A 4-character key follows a 4-character cue at the start of random filler; the cue comes again d "
+             "tokens later and the key must be reproduced there. Every distance asks for the same copy from the "
+             "sequence's start (where the suite's copy task starts every span), so only the distance changes. "
+             "`aah eval CHECKPOINT --retrieval` also tables keys planted further in.",
+}
+
+
+def retrieval_anchors(runs: Sequence[Mapping[str, Any]], experiment: str) -> list[str]:
+    """The passkey sets (RETRIEVAL_SET's keys) the experiment's runs logged, sorted."""
+    return sorted({str((r.get("params") or {}).get(ANCHOR_PARAM) or "end") for r in runs if r["experiment"] == experiment})
+
+
 def distances(keys: Sequence[str]) -> list[int]:
     return sorted({int(k[len(RETRIEVAL):]) for k in keys if k.startswith(RETRIEVAL) and k[len(RETRIEVAL):].isdigit()})
 

@@ -17,14 +17,14 @@ def study_panel(page: str, experiment: str, corpora: dict[str, str]) -> None:
     if ret["rows"]:
         if note := study.unlearned_note(ret["rows"], study_views.RETRIEVAL_CHANCE):
             st.warning(note)
+        anchors = study.retrieval_anchors(runs, experiment)
+        if len(anchors) > 1:
+            st.warning("These runs logged two different passkey sets (the key planted at the sequence's start in some, "
+                       "before the end in others): their accuracies are not comparable with each other.")
         components.show_figure(ret["figure"], f"{page}._retrieval")
-        st.caption("A 4-character key follows a 4-character cue in random filler; the cue comes again at the end and "
-                   "the key must be reproduced d tokens after it first appeared. Accuracy per key character, mean ± 1 "
-                   f"sample std over seeds; chance is 1/62 = {study_views.RETRIEVAL_CHANCE:.3f}. A head whose window is "
-                   "≤ d cannot see the key from where it is reproduced. The repeat always ends the sequence, so a "
-                   "short distance plants the key late: a model that learned to copy only from the sequence's start "
-                   "(the suite's copy task starts every span there) scores by where the key sits, not by distance. "
-                   "`aah eval CHECKPOINT --retrieval` tables both.")
+        st.caption(" ".join(study.RETRIEVAL_SET[a] for a in anchors) + " Accuracy per key character, mean ± 1 sample "
+                   f"std over seeds; chance is 1/62 = {study_views.RETRIEVAL_CHANCE:.3f}. A head whose window is ≤ d "
+                   "cannot see the key from where it is reproduced.")
         st.dataframe(pd.DataFrame(ret["table"]), hide_index=True)
     else:
         components.placeholder("These runs logged no retrieval accuracy (suites trained before it was measured).")

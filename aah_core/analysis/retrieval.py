@@ -7,6 +7,12 @@ as `retrieval@<d>` (and `retrieval_mean` over the distances). A head whose windo
 key from where it must be reproduced, so the curve over d shows what a plan's short windows cost on a
 long-range task.
 The set is fixed: the same sequences for the same tokenizer and T.
+
+Where the key sits is the run's `train.retrieval_anchor`. "end" (every run before the setting): the repeat
+ends the sequence, so a short distance plants the key late, and a model that learned to copy only from the
+sequence's start (the copy task starts every span there) scores by where the key sits, not by distance.
+"start": the key is planted at the sequence's start and the repeat comes d tokens later, so every distance asks
+the same copy from the start and only the distance changes (what a windowed head cannot reach shows as such).
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ def retrieval_chance() -> float:
     return 1 / len(ALNUM)
 
 
+# the key's start for each train.retrieval_anchor: at the sequence's start, or where its repeat ends the sequence
+ANCHOR_START: dict[str, int | None] = {"start": 0, "end": None}
 MEAN_KEY = "retrieval_mean"  # over every distance (each distance has as many keys)
 
 
@@ -65,6 +73,13 @@ def retrieval_set(tokenizer: Tokenizer, seq_len: int, n: int = PER_DISTANCE, sta
     if not parts:
         raise ValueError(f"no passkey distance fits at T={seq_len}" + ("" if start is None else f" from {start}"))
     return RetrievalSet(distances, torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts]))
+
+
+def logged_set(tokenizer: Tokenizer, seq_len: int, anchor: str = "end") -> RetrievalSet:
+    """The set a run logs as `retrieval@<d>` for its `train.retrieval_anchor` ("end" or "start")."""
+    if anchor not in ANCHOR_START:
+        raise ValueError(f"retrieval anchor must be one of {sorted(ANCHOR_START)}; got {anchor!r}")
+    return retrieval_set(tokenizer, seq_len, start=ANCHOR_START[anchor])
 
 
 def retrieval_starts(seq_len: int) -> list[int]:

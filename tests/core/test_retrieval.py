@@ -7,11 +7,13 @@ import math
 import pytest
 import torch
 
+from aah_core import train as train_module
 from aah_core.analysis.retrieval import (
     CUE_LEN,
     KEY_LEN,
     MEAN_KEY,
     evaluate_retrieval,
+    logged_set,
     metric_key,
     retrieval_chance,
     retrieval_distances,
@@ -19,8 +21,9 @@ from aah_core.analysis.retrieval import (
     retrieval_starts,
     retrieval_table,
 )
-from aah_core.config import apply_overrides
+from aah_core.config import RunConfig, apply_overrides
 from aah_core.data import ByteTokenizer
+from aah_core.errors import InvalidConfig
 from aah_core.model import WindowedGPT
 from aah_core.presets import get_preset
 from aah_core.suite import SCALES
@@ -107,6 +110,23 @@ def test_a_model_that_copies_only_from_the_start_scores_by_where_the_key_sits_no
     assert from_start == {**{metric_key(d): 1.0 for d in retrieval_distances(T)}, MEAN_KEY: 1.0}
 
 
+def test_the_logged_set_plants_the_key_where_the_runs_anchor_says():
+    # "end" (the default, and every run before the setting) is the set above; "start" puts every key at the
+    # sequence's start, so a model that copies from the start is right at every distance
+    anchored = CopyingStandIn(256, sources=40)
+    assert logged_set(ByteTokenizer(), T).idx.equal(retrieval_set(ByteTokenizer(), T).idx)
+    start = logged_set(ByteTokenizer(), T, "start")
+    assert start.idx.equal(retrieval_set(ByteTokenizer(), T, start=0).idx) and start.distances == retrieval_distances(T)
+    assert evaluate_retrieval(anchored, start)[MEAN_KEY] == 1.0
+    at_end = evaluate_retrieval(anchored, logged_set(ByteTokenizer(), T, "end"))  # near keys sit late: missed
+    assert at_end[metric_key(16)] < 0.1 and at_end[metric_key(120)] == 1.0
+    with pytest.raises(ValueError, match="retrieval anchor must be one of"):
+        logged_set(ByteTokenizer(), T, "middle")
+    assert RunConfig().train.retrieval_anchor == "end"  # a config from before the setting reads as it was trained
+    with pytest.raises(InvalidConfig, match="train.retrieval_anchor must be 'end' or 'start'"):
+        apply_overrides(RunConfig(), {"train.retrieval_anchor": "middle"})
+
+
 def test_the_table_puts_each_start_beside_the_end_and_leaves_out_what_does_not_fit():
     # a stand-in that copies from the first 40 positions only: keys planted at 0 and 32 are found at every
     # distance that fits, keys at 64 and 96 never, and at the end only the far keys (planted at 25 and 1)
@@ -130,7 +150,7 @@ def test_a_random_model_is_at_chance():
     assert max(acc.values()) <= p + 4 * math.sqrt(p * (1 - p) / (n / len(acc)))
 
 
-def test_runs_with_a_synthetic_task_log_retrieval_at_every_evaluation(tmp_path):
+def test_runs_with_a_synthetic_task_log_retrieval_at_every_evaluation(tmp_path, monkeypatch):
     cfg = apply_overrides(get_preset("tiny"), {"train.max_steps": 4, "train.eval_every": 2})
     train(cfg, tmp_path / "ckpt", [JsonlSink(tmp_path / "m.jsonl")])
     events = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
@@ -138,6 +158,12 @@ def test_runs_with_a_synthetic_task_log_retrieval_at_every_evaluation(tmp_path):
     keys = [metric_key(d) for d in retrieval_distances(cfg.model.seq_len)]
     assert [e["step"] for e in evals] == [2, 4]
     assert all(0.0 <= e[k] <= 1.0 for e in evals for k in keys)
+    # a run logs the set of its own anchor
+    anchors = []
+    real = train_module.logged_set
+    monkeypatch.setattr(train_module, "logged_set", lambda tok, t, anchor: anchors.append(anchor) or real(tok, t, anchor))
+    train(apply_overrides(cfg, {"train.retrieval_anchor": "start"}), tmp_path / "start", [])
+    assert anchors == ["start", "start"]
     plain = apply_overrides(cfg, {"data.synthetic": "none"})
     train(plain, tmp_path / "plain", [JsonlSink(tmp_path / "p.jsonl")])
     assert not any(k.startswith("retrieval@") for line in (tmp_path / "p.jsonl").read_text().splitlines()

@@ -34,6 +34,21 @@ def test_suite_runs_rows_over_seeds_and_writes_the_report(tmp_path):
     again = []
     run_suite(seeds=2, out=tmp_path / "runs", doc=None, overrides=SMOKE, rows=["baseline"], log=again.append)
     assert not any("..." in line for line in again) and any("..." in line for line in lines)
+    # ... unless their settings are not the ones asked for now: those are trained again, and the log says why
+    # (the thread count is no setting of a run)
+    changed = []
+    first = (tmp_path / "runs" / "baseline-s1" / "result.json").read_text()
+    run_suite(seeds=2, out=tmp_path / "runs", doc=None, rows=["baseline"], log=changed.append,
+              overrides={**SMOKE, "train.retrieval_anchor": "start", "train.threads": 1})
+    assert sum("trained with other settings (train.retrieval_anchor 'end' -> 'start')" in line for line in changed) == 2
+    assert sum(line.endswith("...") for line in changed) == 2
+    assert (tmp_path / "runs" / "baseline-s1" / "result.json").read_text() != first
+    (tmp_path / "runs" / "baseline-s0" / "ckpt" / "config.json").unlink()  # a finished run whose settings cannot be read
+    unreadable = []
+    run_suite(seeds=2, out=tmp_path / "runs", doc=None, rows=["baseline"], log=unreadable.append,
+              overrides={**SMOKE, "train.retrieval_anchor": "start"})
+    assert [line.split(" ...")[0].split("] ")[1] for line in unreadable if line.endswith("...")] == ["baseline seed 0"]
+    assert any("no readable checkpoint" in line for line in unreadable)
 
 
 def test_window_shares_count_the_heads_between_buckets():
@@ -79,3 +94,5 @@ def test_long_scale_trains_the_tiny_model_longer_with_the_papers_controller_shar
     assert long.controller["warmup_steps"] / long.train.max_steps == 0.01
     assert long.controller["control_interval"] == 5
     assert run_config("baseline", "long", 0, "faithful").controller.get("mode") != "aah"  # no controller to set
+    # its runs copy from the sequence's start, so their logged passkey plants the key there (analysis/retrieval.py)
+    assert (long.train.retrieval_anchor, tiny.train.retrieval_anchor) == ("start", "end")

@@ -13,7 +13,7 @@ from aah_core.cli import main
 from aah_core.errors import AAHError
 from aah_core.suite_merge import add_to_pack, check_addition, study_from_pack, study_text, write_report
 from aah_core.suite_pack import folder_runs, pack_suite, read_pack, run_line
-from aah_core.suite_study import render_study, run_study, summarize_study
+from aah_core.suite_study import RETRIEVAL_SET, render_study, run_study, summarize_study
 from tests.core.test_suite import SMOKE
 
 FIRST, LATER = ["baseline", "fixed_window"], ["shallow_freeze"]  # fixed_window at its preset window (no matching)
@@ -47,6 +47,14 @@ def test_the_report_of_a_pack_is_the_report_of_its_run_folders(study, tmp_path):
     again = study_from_pack(header, runs)
     assert study_text(again) == render_study(got) == (out / "report.md").read_text()
     assert json.dumps(summarize_study(again), sort_keys=True) == json.dumps(summarize_study(got), sort_keys=True)
+
+
+def test_the_report_says_where_its_runs_planted_the_passkey(study):
+    _, got = study  # tiny scale: the key's repeat ends the sequence, as in every suite before the setting
+    assert RETRIEVAL_SET["end"] in render_study(got) and RETRIEVAL_SET["start"] not in render_study(got)
+    start = {**got, "corpora": {c: {**r, "settings": {**r["settings"], "train.retrieval_anchor": "start"}}
+                                for c, r in got["corpora"].items()}}
+    assert RETRIEVAL_SET["start"] in render_study(start) and RETRIEVAL_SET["end"] not in render_study(start)
 
 
 def test_later_rows_merge_into_the_pack_as_if_packed_together(study, tmp_path):

@@ -32,7 +32,7 @@ def _retrieval(row: str, seed: int, learned: bool = True) -> dict[str, float]:
     return {**acc, "retrieval_mean": statistics.fmean(acc.values())}
 
 
-def _study(fake, learned: bool = True) -> None:
+def _study(fake, learned: bool = True, anchor=lambda corpus, row: None) -> None:
     fake.runs_store[:] = [r for r in fake.runs_store if r["source"] != "suite"]  # this study is the only suite
     rid = 100
     for corpus, experiment in (("code", CODE), ("english", ENGLISH)):
@@ -41,7 +41,9 @@ def _study(fake, learned: bool = True) -> None:
                 rid += 1
                 run = fake._run(rid, f"{row} · seed {seed}", "FINISHED",
                                 {"controller.mode": mode, "suite.scale": "mini", "suite.corpus": corpus,
-                                 "suite.lr_scale": "1"}, 0.0, 0.4, experiment=experiment, source="suite",
+                                 "suite.lr_scale": "1", **({"train.retrieval_anchor": anchor(corpus, row)}
+                                                           if anchor(corpus, row) else {})},
+                                0.0, 0.4, experiment=experiment, source="suite",
                                 group=row, seed=seed)
                 run["summary"] = {"val_text_loss": LOSS[corpus][row] + 0.01 * seed * i, "val_loss": 3.0,
                                   "causal_coverage": COVERAGE[row] + 0.02 * seed * (mode != "static"),
@@ -115,6 +117,19 @@ def test_reproduction_view_draws_the_study_on_each_corpus(fake_api):
     assert url(at)["corpus"] == "english" and not at.exception
     assert fake_api.called("group_paired")[-1][1][0] == ENGLISH
     assert not any(m.value.startswith("**Orderings that flip") for m in at.markdown)  # the sweep is the code corpus'
+
+
+def test_the_caption_says_where_the_runs_planted_the_passkey_and_warns_when_they_differ(fake_api):
+    _study(fake_api, anchor=lambda corpus, row: "start" if corpus == "code" else ("start" if row == "baseline" else "end"))
+    at = page("compare", mode="reproduction", suite=CODE)
+    assert not at.exception and not at.warning
+    caption = next(c.value for c in at.caption if "passkey" in c.value or "4-character key" in c.value)
+    assert "Every distance asks for the same copy from the sequence's start" in caption
+    assert "short distance plants the key late" not in caption
+    at.radio(key="compare.corpus").set_value("english").run()  # its baseline runs logged the other set
+    assert any("two different passkey sets" in w.value for w in at.warning)
+    caption = next(c.value for c in at.caption if "4-character key" in c.value)
+    assert "short distance plants the key late" in caption and "Every distance asks for the same copy" in caption
 
 
 def test_the_reproduction_slide_draws_the_studys_chart_and_states_its_findings(fake_api):
