@@ -109,13 +109,15 @@ def _import_run(s: Session, run: PackedRun, header: dict, fp: str) -> int:
         f"`{header.get('command') or 'aah suite paper'}`; see docs/reproduction.md.")
     history = metric_rows(run.metrics, f"{experiment}/{group}/seed {run.seed}")
     metric_store.log_metrics(s, run_id, history)
+    plans = []
     for event in run.plans:
         try:
             plan = validate_plan(event["windows"], m.n_layer, m.n_head, m.seq_len)
             step = int(event["step"])
         except (KeyError, TypeError, ValueError, AAHError) as exc:
             raise AAHError(f"{group} seed {run.seed}: a window plan is not valid ({exc})") from exc
-        run_store.log_plan(s, run_id, step, plan_to_json(plan, m.seq_len))
+        plans.append((step, plan_to_json(plan, m.seq_len)))
+    run_store.log_plans(s, run_id, plans)
     stamps = [row[3] for row in history if row[3] > 0]
     run_store.update_run(s, run_id, progress_step=max((row[1] for row in history), default=0),
                      started_at=int(min(stamps) * 1000) if stamps else None,

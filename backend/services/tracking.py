@@ -135,7 +135,7 @@ def log_batch(s: Session, run_id: int, body: LogBatch, secret: str | None, max_k
         _check_replay(s, run, rows)
     written = 0 if ended else metric_store.log_metrics(s, run_id, rows, max_keys)
     stored = _stored_plans(s, run_id, [step for step, _ in plans])
-    new_plans = 0
+    new_plans: list[tuple[int, list[list[int | None]]]] = []
     for step, windows in plans:
         if step in stored:
             if stored[step] != windows:
@@ -144,12 +144,12 @@ def log_batch(s: Session, run_id: int, body: LogBatch, secret: str | None, max_k
         elif ended:
             raise Conflict(f"run {run_id} already ended ({run.status}); it takes no new plan (step {step})")
         else:
-            run_store.log_plan(s, run_id, step, windows)
+            new_plans.append((step, windows))
             stored[step] = windows
-            new_plans += 1
+    run_store.log_plans(s, run_id, new_plans)
     if not ended and body.step is not None and body.step > (run.progress_step or 0):
         run.progress_step = body.step
-    return LogResult(run_id=run_id, metrics_written=written, plans_written=new_plans)
+    return LogResult(run_id=run_id, metrics_written=written, plans_written=len(new_plans))
 
 
 def _checked_plans(run: Run, body: LogBatch) -> list[tuple[int, list[list[int | None]]]]:

@@ -192,6 +192,19 @@ def test_latest_value_follows_the_highest_step(sessions):
         assert run_store.latest_values(s, [run_id])[run_id] == {"x": 5.0}
 
 
+def test_many_plans_are_stored_at_once_and_a_plan_at_a_stored_step_replaces_it(sessions):
+    plans = [(step, [[4 + step % 3, None], [16, 8 * (1 + step % 2)]]) for step in range(5, 4005, 5)]  # 800 plans
+    with transaction(sessions) as s:
+        run_id = run_store.create_run(s, name="r", experiment="e")
+        run_store.log_plans(s, run_id, plans)
+        run_store.log_plans(s, run_id, [])  # nothing to store
+        run_store.log_plan(s, run_id, 10, [[64, 64], [None, None]])
+        assert run_store.plan_steps(s, run_id) == [step for step, _ in plans]
+        assert all(run_store.read_plan(s, run_id, step).windows == windows for step, windows in plans[::97])
+        assert run_store.read_plan(s, run_id, 10).windows == [[64, 64], [None, None]]
+        assert run_store.read_plan(s, run_id).windows == plans[-1][1]
+
+
 def test_params_are_write_once(sessions):
     with transaction(sessions) as s:
         run_id = run_store.create_run(s, name="r", experiment="e", params={"lr": "0.1"})
