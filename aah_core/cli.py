@@ -175,6 +175,8 @@ def cmd_suite(args: argparse.Namespace) -> int:
     from aah_core.suite_pack import pack_suite, read_pack
     from aah_core.suite_study import run_study, summarize_study
 
+    if args.pack_every < 1:
+        raise ValueError(f"--pack-every must be >= 1; got {args.pack_every}")
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
     corpora = [c.strip() for c in args.corpus.split(",") if c.strip()]
     command = f"aah suite {args.name} --scale {args.scale} --seeds {args.seeds}"
@@ -205,7 +207,8 @@ def cmd_suite(args: argparse.Namespace) -> int:
             write_report(args.doc, merged)
     print(f"wrote {args.doc}" if args.doc else f"results in {args.out}")
     if args.pack:
-        n = pack_suite(args.out, args.pack, {**summarize(report), **summary}, rows=list(report["rows"]))
+        n = pack_suite(args.out, args.pack, {**summarize(report), **summary}, rows=list(report["rows"]),
+                       every=args.pack_every)
         print(f"packed {n} runs into {args.pack} ({Path(args.pack).stat().st_size / 1e6:.2f} MB)")
     return 0
 
@@ -276,6 +279,9 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     p.add_argument("--doc", default="docs/reproduction.md", help="markdown report to write ('' = none)")
     packs = p.add_mutually_exclusive_group()
     packs.add_argument("--pack", help="also write the runs' histories and plans to this .jsonl.gz (as data/suite/)")
+    p.add_argument("--pack-every", type=int, default=1, metavar="K", help="with --pack: keep every K-th training "
+                   "step of each history, with every evaluation, non-finite value and each K-step window's lowest "
+                   "and highest train_loss (default 1: every step)")
     packs.add_argument("--add-to-pack", metavar="PACK", help="merge the runs of --rows into this existing pack "
                        "(refused if it holds one already or its settings differ) and write --doc from the merged pack")
     packs.add_argument("--from-pack", metavar="PACK", help="train nothing: write --doc from this pack alone")

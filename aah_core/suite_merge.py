@@ -148,7 +148,7 @@ def add_to_pack(out: str | Path, pack: str | Path, rows: Iterable[str] | None = 
     runs added and the merged study. Raises AAHError (and writes nothing) on a duplicate or a settings mismatch."""
     header, packed_runs = read_pack(pack)
     packed = [run_line(r) for r in packed_runs]
-    new = folder_runs(out, rows)
+    new = folder_runs(out, rows, header.get("history_every", 1))  # thinned as the pack's own runs
     if not new:
         raise AAHError(f"no finished runs{' of ' + ', '.join(rows) if rows else ''} in {out}")
     check_addition(header, packed, new)

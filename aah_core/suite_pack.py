@@ -9,6 +9,12 @@ summary); each further line is one run ``{"kind": "run", "row", "seed", "impl", 
 corpus and learning-rate scale in a subfolder: its runs are packed too. Packs written before the study
 lack "corpus" and "lr_scale": they read as the code corpus at x1. Checkpoints are not packed (about 0.8 MB
 each at the tiny model size; the histories are what the dashboard shows).
+
+A pack may thin the per-step training events (`every` > 1, the header's "history_every"; a 5,000-step run logs
+5,000 of them, and a fresh store imports every point at start): it then keeps the first and last events, every
+`every`-th step, every evaluation, every event with a non-finite value, and in each `every`-step window the
+events holding the lowest and the highest train_loss, so that no divergence and no spike drops out of the
+shipped curve. The run folders keep every event.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import dataclasses
 import gzip
 import io
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -28,6 +35,30 @@ from aah_core.errors import AAHError
 RUN_FOLDER = re.compile(r"^(?P<row>[a-z_]+?)(?:-(?P<impl>fixed))?(?:-lr(?P<lr>[0-9.]+))?-s(?P<seed>\d+)$")
 CORPUS_NAMES = {"default": "code", "english": "english"}  # data.corpus -> the study's name (suite.CORPORA)
 MAX_LINE_BYTES = 64 << 20  # one run's line: a few hundred kB at the shipped scale
+
+
+DENSE_KEY = "train_loss"  # the per-step curve whose extremes a thinned history keeps in every window
+EVAL_PREFIXES = ("val_", "retrieval")  # an evaluation event's keys
+
+
+def thin_history(events: list[dict[str, Any]], every: int) -> list[dict[str, Any]]:
+    """The events a pack keeps of one run's metric history with `every` (module docstring); all when every <= 1."""
+    if every <= 1 or not events:
+        return list(events)
+    keep = {0, len(events) - 1}
+    extremes: dict[int, list[int]] = {}  # window -> indices of its lowest and highest train_loss
+    for i, event in enumerate(events):
+        values = [v for k, v in event.items() if k not in ("step", "time")]
+        if (event["step"] % every == 0 or any(k.startswith(EVAL_PREFIXES) for k in event)
+                or any(isinstance(v, float) and not math.isfinite(v) for v in values)):
+            keep.add(i)
+        loss = event.get(DENSE_KEY)
+        if isinstance(loss, (int, float)) and math.isfinite(loss):
+            low_high = extremes.setdefault(event["step"] // every, [i, i])
+            low_high[0] = i if loss < events[low_high[0]][DENSE_KEY] else low_high[0]
+            low_high[1] = i if loss > events[low_high[1]][DENSE_KEY] else low_high[1]
+    keep.update(i for low_high in extremes.values() for i in low_high)
+    return [event for i, event in enumerate(events) if i in keep]
 
 
 @dataclass(frozen=True)
@@ -56,20 +87,22 @@ def header_of(folder: Path) -> dict[str, Any]:
 
 
 def pack_suite(out: str | Path, dest: str | Path, summary: dict[str, Any] | None = None,
-               rows: Iterable[str] | None = None) -> int:
-    """Write the finished runs of suite folder `out` (those of `rows` only, when given) and its suite.json
-    header, when present, to `dest`; returns the number of runs packed."""
+               rows: Iterable[str] | None = None, every: int = 1) -> int:
+    """Write the finished runs of suite folder `out` (those of `rows` only, when given; their training histories
+    thinned to `every`, see thin_history) and its suite.json header, when present, to `dest`; returns the number
+    of runs packed."""
     out = Path(out)
     report = json.loads((out / "suite.json").read_text()) if (out / "suite.json").is_file() else {}
-    header = {"kind": "suite", **{k: v for k, v in report.items() if k != "rows"}, "summary": summary or {}}
-    runs = folder_runs(out, rows)
+    header = {"kind": "suite", **{k: v for k, v in report.items() if k != "rows"}, "summary": summary or {},
+              **({"history_every": every} if every > 1 else {})}
+    runs = folder_runs(out, rows, every)
     write_pack(dest, header, runs)
     return len(runs)
 
 
-def folder_runs(out: str | Path, rows: Iterable[str] | None = None) -> list[dict[str, Any]]:
+def folder_runs(out: str | Path, rows: Iterable[str] | None = None, every: int = 1) -> list[dict[str, Any]]:
     """The pack lines ({"kind": "run", ...}) of the finished runs in suite folder `out` (of `rows` only, when
-    given), in folder order."""
+    given; histories thinned to `every`), in folder order."""
     out = Path(out)
     wanted = None if rows is None else set(rows)
     lines = []
@@ -83,7 +116,8 @@ def folder_runs(out: str | Path, rows: Iterable[str] | None = None) -> list[dict
                       "impl": match["impl"] or "faithful", "corpus": CORPUS_NAMES.get(corpus, corpus),
                       "lr_scale": float(match["lr"] or 1), "config": ckpt.get("config", {}),
                       "meta": ckpt.get("meta", {}), "result": json.loads((folder / "result.json").read_text()),
-                      "metrics": _jsonl(folder / "ckpt.metrics.jsonl"), "plans": _jsonl(folder / "ckpt.plans.jsonl")})
+                      "metrics": thin_history(_jsonl(folder / "ckpt.metrics.jsonl"), every),
+                      "plans": _jsonl(folder / "ckpt.plans.jsonl")})
     return lines
 
 

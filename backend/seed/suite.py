@@ -92,6 +92,13 @@ def seed_suite(s: Session, settings: Settings) -> bool:
     return True
 
 
+def _thinned(header: dict) -> str:
+    """What the description says of a pack whose training histories were thinned (aah_core/suite_pack.py)."""
+    every = header.get("history_every", 1)
+    return "" if every == 1 else (f" Training metrics shipped every {every}th step, with every evaluation, every "
+                                  "non-finite value and each window's lowest and highest train_loss.")
+
+
 def _import_run(s: Session, run: PackedRun, header: dict, fp: str) -> int:
     config = RunConfig.from_dict(run.config)  # validated by the engine, as a job's config is
     m = config.model
@@ -106,7 +113,7 @@ def _import_run(s: Session, run: PackedRun, header: dict, fp: str) -> int:
         source="suite", group=group, seed=run.seed, tags=["reproduction", str(header.get("scale"))],
         description=f"Our reproduction of the paper's {run.row} row ({header.get('scale')} scale, {run.corpus} corpus, "
         f"lr ×{run.lr_scale:g}, seed {run.seed}): "
-        f"`{header.get('command') or 'aah suite paper'}`; see docs/reproduction.md.")
+        f"`{header.get('command') or 'aah suite paper'}`; see docs/reproduction.md." + _thinned(header))
     history = metric_rows(run.metrics, f"{experiment}/{group}/seed {run.seed}")
     metric_store.log_metrics(s, run_id, history)
     plans = []

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from aah_core.paper import PAPER_ROWS
 from aah_core.suite import LR_SCALES, MATCHED_ROWS, paired, run_suite, summarize
-from aah_core.suite_pack import pack_suite, read_pack
+from aah_core.suite_pack import pack_suite, read_pack, thin_history
 from aah_core.suite_study import run_study, summarize_study
 from backend.app import create_app
 from backend.seed.suite import experiment_name
@@ -89,6 +89,23 @@ def test_fresh_store_seeds_the_pack_as_groups_of_seeds_once(suite_dir, tmp_path)
         first = sorted(r["id"] for r in runs)
     with _client(tmp_path, dest) as c:  # the same file again: nothing re-imported
         assert sorted(r["id"] for r in _suite_runs(c)) == first
+
+
+def test_a_thinned_pack_imports_what_it_holds_and_says_so(suite_dir, tmp_path):
+    out, report = suite_dir
+    dest = tmp_path / "thin.jsonl.gz"
+    pack_suite(out, dest, summarize(report), every=4)
+    with _client(tmp_path, dest) as c:
+        for r in _suite_runs(c):
+            lines = (out / f"{r['group']}-s{r['seed']}" / "ckpt.metrics.jsonl").read_text().splitlines()
+            shipped = thin_history([json.loads(line) for line in lines], 4)
+            series = c.get(f"{API}/runs/{r['id']}/metrics", params={"keys": "train_loss"}).json()["series"]
+            assert series["train_loss"]["step"] == [e["step"] for e in shipped if "train_loss" in e]
+            assert "Training metrics shipped every 4th step" in r["description"]
+    full = tmp_path / "full.jsonl.gz"
+    pack_suite(out, full, summarize(report))
+    with _client(tmp_path / "other", full) as c:  # a pack of every step says nothing of the kind
+        assert all("shipped every" not in r["description"] for r in _suite_runs(c))
 
 
 def test_a_changed_pack_replaces_the_runs_and_a_broken_one_is_refused(suite_dir, tmp_path):

@@ -5,6 +5,7 @@ and runs whose settings differ from the pack's."""
 import copy
 import gzip
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from aah_core.cli import main
 from aah_core.errors import AAHError
 from aah_core.suite_merge import add_to_pack, check_addition, study_from_pack, study_text, write_report
-from aah_core.suite_pack import folder_runs, pack_suite, read_pack, run_line
+from aah_core.suite_pack import folder_runs, pack_suite, read_pack, run_line, thin_history
 from aah_core.suite_study import RETRIEVAL_SET, render_study, run_study, summarize_study
 from tests.core.test_suite import SMOKE
 
@@ -112,6 +113,48 @@ def test_cli_writes_the_report_from_a_pack_and_keeps_the_hand_written_sections(s
     assert main(["suite", "paper", "--from-pack", str(dest), "--doc", str(doc)]) == 0
     assert doc.read_text() == render_study(got).rstrip("\n") + "\n\n" + hand
     assert json.loads(doc.with_suffix(".json").read_text())["summary"]["rankings"] == summarize_study(got)["rankings"]
+
+
+def test_a_thinned_history_keeps_every_kth_step_each_evaluation_each_extreme_and_each_non_finite_value():
+    events = [{"step": t, "time": 1.0 * t, "train_loss": 5.0 - t / 100, "lr": 1e-3} for t in range(1, 101)]
+    events[36]["train_loss"] = 9.0  # a spike at step 37
+    events[52]["train_loss"] = math.nan  # a divergence at step 53, in a window whose other steps look fine
+    events[64]["train_loss"] = -1.0  # a dip at step 65
+    events[49].update(val_loss=3.0, retrieval_mean=0.5)  # an evaluation at step 50 (a multiple: kept anyway)
+    events.insert(73, {"step": 73, "time": 73.5, "val_loss": 2.5, "retrieval@16": 0.1})  # one at step 73, its own event
+    thinned = thin_history(events, 10)
+    kept = [(e["step"], sorted(e)) for e in thinned]
+    assert all(e in events for e in thinned) and thinned == sorted(thinned, key=events.index)  # events as they were
+    steps = sorted({step for step, _ in kept})
+    assert {1, 100} <= set(steps) and {10, 20, 30, 40, 50, 60, 70, 80, 90} <= set(steps)
+    assert 37 in steps and 53 in steps and 65 in steps  # the spike, the NaN and the dip
+    assert (73, ["retrieval@16", "step", "time", "val_loss"]) in kept
+    # in each 10-step window: its multiple, the first/last event, an evaluation, a non-finite value, its lowest and
+    # highest train_loss; nothing else (the loss falls steadily, so a window's extremes sit at its ends)
+    assert len(thinned) <= 2 + 10 * 3 + 3 and len(thinned) < len(events) / 2
+    assert thin_history(events, 1) == events and thin_history([], 10) == []
+
+
+def test_a_thinned_pack_says_so_reports_as_the_full_one_and_takes_additions_thinned_alike(study, tmp_path):
+    out, got = study  # two training steps a run: every = 2 keeps each step (step 1 is the first, step 2 a multiple)
+    full, thin = tmp_path / "full.jsonl.gz", tmp_path / "thin.jsonl.gz"
+    pack_suite(out, full)
+    pack_suite(out, thin, every=2)
+    (h_full, runs_full), (h_thin, runs_thin) = read_pack(full), read_pack(thin)
+    assert "history_every" not in h_full and h_thin["history_every"] == 2
+    assert [r.metrics for r in runs_full] == [r.metrics for r in runs_thin]
+    assert study_text(study_from_pack(*read_pack(thin))) == render_study(got)
+    partial = tmp_path / "partial.jsonl.gz"  # the first rows thinned, then the later ones merged in
+    first = {**got, "corpora": {c: {**r, "rows": {k: v for k, v in r["rows"].items() if k in FIRST}}
+                                for c, r in got["corpora"].items()}}
+    pack_suite(out, partial, {"study": summarize_study(first)}, rows=FIRST, every=2)
+    add_to_pack(out, partial, LATER, command="later")
+    assert read_pack(partial)[0]["history_every"] == 2
+
+
+def test_cli_packs_thinned_histories_and_refuses_a_bad_stride(capsys):
+    assert main(["suite", "paper", "--pack", "a.jsonl.gz", "--pack-every", "0"]) != 0
+    assert "--pack-every must be >= 1; got 0" in capsys.readouterr().err
 
 
 def test_cli_refuses_two_pack_modes(capsys):
