@@ -62,6 +62,11 @@ RETRIEVAL_SET = {
 }
 
 
+def describe_set(anchor: str) -> str:
+    """RETRIEVAL_SET's sentence for `anchor`, or one that says the dashboard does not know it (a newer engine's)."""
+    return RETRIEVAL_SET.get(anchor, f"These runs logged a passkey set this dashboard does not know ({anchor!r}).")
+
+
 def retrieval_anchors(runs: Sequence[Mapping[str, Any]], experiment: str) -> list[str]:
     """The passkey sets (RETRIEVAL_SET's keys) the experiment's runs logged, sorted."""
     return sorted({str((r.get("params") or {}).get(ANCHOR_PARAM) or "end") for r in runs if r["experiment"] == experiment})

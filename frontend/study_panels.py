@@ -22,7 +22,7 @@ def study_panel(page: str, experiment: str, corpora: dict[str, str]) -> None:
             st.warning("These runs logged two different passkey sets (the key planted at the sequence's start in some, "
                        "before the end in others): their accuracies are not comparable with each other.")
         components.show_figure(ret["figure"], f"{page}._retrieval")
-        st.caption(" ".join(study.RETRIEVAL_SET[a] for a in anchors) + " Accuracy per key character, mean ± 1 sample "
+        st.caption(" ".join(study.describe_set(a) for a in anchors) + " Accuracy per key character, mean ± 1 sample "
                    f"std over seeds; chance is 1/62 = {study_views.RETRIEVAL_CHANCE:.3f}. A head whose window is ≤ d "
                    "cannot see the key from where it is reproduced.")
         st.dataframe(pd.DataFrame(ret["table"]), hide_index=True)

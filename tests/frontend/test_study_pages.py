@@ -130,6 +130,7 @@ def test_the_caption_says_where_the_runs_planted_the_passkey_and_warns_when_they
     assert any("two different passkey sets" in w.value for w in at.warning)
     caption = next(c.value for c in at.caption if "4-character key" in c.value)
     assert "short distance plants the key late" in caption and "Every distance asks for the same copy" in caption
+    assert study.describe_set("middle") == "These runs logged a passkey set this dashboard does not know ('middle')."
 
 
 def test_the_reproduction_slide_draws_the_studys_chart_and_states_its_findings(fake_api):
