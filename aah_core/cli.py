@@ -281,7 +281,7 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     packs.add_argument("--pack", help="also write the runs' histories and plans to this .jsonl.gz (as data/suite/)")
     p.add_argument("--pack-every", type=int, default=1, metavar="K", help="with --pack: keep every K-th training "
                    "step of each history, with every evaluation, non-finite value and each K-step window's lowest "
-                   "and highest train_loss (default 1: every step)")
+                   "and highest train_loss, and the first window plan of each K steps (default 1: every step and plan)")
     packs.add_argument("--add-to-pack", metavar="PACK", help="merge the runs of --rows into this existing pack "
                        "(refused if it holds one already or its settings differ) and write --doc from the merged pack")
     packs.add_argument("--from-pack", metavar="PACK", help="train nothing: write --doc from this pack alone")

@@ -14,7 +14,8 @@ A pack may thin the per-step training events (`every` > 1, the header's "history
 5,000 of them, and a fresh store imports every point at start): it then keeps the first and last events, every
 `every`-th step, every evaluation, every event with a non-finite value, and in each `every`-step window the
 events holding the lowest and the highest train_loss, so that no divergence and no spike drops out of the
-shipped curve. The run folders keep every event.
+shipped curve; of the window plans (an adaptive run stores one every few steps) it keeps the first of each
+`every`-step window and the last. The run folders keep every event and plan.
 """
 
 from __future__ import annotations
@@ -59,6 +60,14 @@ def thin_history(events: list[dict[str, Any]], every: int) -> list[dict[str, Any
             low_high[1] = i if loss > events[low_high[1]][DENSE_KEY] else low_high[1]
     keep.update(i for low_high in extremes.values() for i in low_high)
     return [event for i, event in enumerate(events) if i in keep]
+
+
+def thin_plans(plans: list[dict[str, Any]], every: int) -> list[dict[str, Any]]:
+    """The plans a pack keeps with `every`: the first of each `every`-step window and the last; all when every <= 1."""
+    if every <= 1:
+        return list(plans)
+    return [p for i, p in enumerate(plans)
+            if i == 0 or i == len(plans) - 1 or p["step"] // every != plans[i - 1]["step"] // every]
 
 
 @dataclass(frozen=True)
@@ -117,7 +126,7 @@ def folder_runs(out: str | Path, rows: Iterable[str] | None = None, every: int =
                       "lr_scale": float(match["lr"] or 1), "config": ckpt.get("config", {}),
                       "meta": ckpt.get("meta", {}), "result": json.loads((folder / "result.json").read_text()),
                       "metrics": thin_history(_jsonl(folder / "ckpt.metrics.jsonl"), every),
-                      "plans": _jsonl(folder / "ckpt.plans.jsonl")})
+                      "plans": thin_plans(_jsonl(folder / "ckpt.plans.jsonl"), every)})
     return lines
 
 

@@ -96,7 +96,8 @@ def _thinned(header: dict) -> str:
     """What the description says of a pack whose training histories were thinned (aah_core/suite_pack.py)."""
     every = header.get("history_every", 1)
     return "" if every == 1 else (f" Training metrics shipped every {every}th step, with every evaluation, every "
-                                  "non-finite value and each window's lowest and highest train_loss.")
+                                  "non-finite value and each window's lowest and highest train_loss; window plans: "
+                                  f"the first of every {every} steps, and the last.")
 
 
 def _import_run(s: Session, run: PackedRun, header: dict, fp: str) -> int:

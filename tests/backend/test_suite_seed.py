@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from aah_core.paper import PAPER_ROWS
 from aah_core.suite import LR_SCALES, MATCHED_ROWS, paired, run_suite, summarize
-from aah_core.suite_pack import pack_suite, read_pack, thin_history
+from aah_core.suite_pack import pack_suite, read_pack, thin_history, thin_plans
 from aah_core.suite_study import run_study, summarize_study
 from backend.app import create_app
 from backend.seed.suite import experiment_name
@@ -102,6 +102,9 @@ def test_a_thinned_pack_imports_what_it_holds_and_says_so(suite_dir, tmp_path):
             series = c.get(f"{API}/runs/{r['id']}/metrics", params={"keys": "train_loss"}).json()["series"]
             assert series["train_loss"]["step"] == [e["step"] for e in shipped if "train_loss" in e]
             assert "Training metrics shipped every 4th step" in r["description"]
+            folder = out / f"{r['group']}-s{r['seed']}"
+            plans = thin_plans([json.loads(line) for line in (folder / "ckpt.plans.jsonl").read_text().splitlines()], 4)
+            assert c.get(f"{API}/runs/{r['id']}/windows").json()["steps"] == [p["step"] for p in plans]
     full = tmp_path / "full.jsonl.gz"
     pack_suite(out, full, summarize(report))
     with _client(tmp_path / "other", full) as c:  # a pack of every step says nothing of the kind

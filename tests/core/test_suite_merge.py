@@ -13,7 +13,7 @@ import pytest
 from aah_core.cli import main
 from aah_core.errors import AAHError
 from aah_core.suite_merge import add_to_pack, check_addition, study_from_pack, study_text, write_report
-from aah_core.suite_pack import folder_runs, pack_suite, read_pack, run_line, thin_history
+from aah_core.suite_pack import folder_runs, pack_suite, read_pack, run_line, thin_history, thin_plans
 from aah_core.suite_study import RETRIEVAL_SET, render_study, run_study, summarize_study
 from tests.core.test_suite import SMOKE
 
@@ -133,6 +133,13 @@ def test_a_thinned_history_keeps_every_kth_step_each_evaluation_each_extreme_and
     # highest train_loss; nothing else (the loss falls steadily, so a window's extremes sit at its ends)
     assert len(thinned) <= 2 + 10 * 3 + 3 and len(thinned) < len(events) / 2
     assert thin_history(events, 1) == events and thin_history([], 10) == []
+
+
+def test_a_thinned_pack_keeps_the_first_plan_of_each_window_and_the_last():
+    plans = [{"step": t, "time": 1.0 * t, "windows": [[t]]} for t in [1, *range(5, 101, 5), 103]]
+    assert [p["step"] for p in thin_plans(plans, 20)] == [1, 20, 40, 60, 80, 100, 103]
+    assert [p["step"] for p in thin_plans(plans[1:-1], 10)] == [5, *range(10, 101, 10)]  # 5 is window 0's first
+    assert thin_plans(plans, 1) == plans and thin_plans([], 20) == []
 
 
 def test_a_thinned_pack_says_so_reports_as_the_full_one_and_takes_additions_thinned_alike(study, tmp_path):
