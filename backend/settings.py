@@ -17,8 +17,9 @@ from backend.store.db import parse_database_url, sqlite_url
 
 # The demo checkpoint shipped with the package (the checkout's data/demo, or the installed copy).
 SHIPPED_DEMO_DIR = shipped_data_dir() / "demo"
-# The project's reproduction of the paper's Table 1 (aah suite ... --pack; docs/reproduction.md).
-SHIPPED_SUITE = shipped_data_dir() / "suite" / "paper-mini.jsonl.gz"
+# The project's reproductions of the paper (aah suite ... --pack): Table 1's rows at the mini scale
+# (docs/reproduction-mini.md), and the baselines with passkey retrieval at the long scale (docs/reproduction-long.md).
+SHIPPED_SUITES = tuple(shipped_data_dir() / "suite" / f"paper-{scale}.jsonl.gz" for scale in ("mini", "long"))
 
 
 def _quarter_of_the_cores() -> int:
@@ -96,9 +97,10 @@ class Settings(BaseSettings):
     demo_dir: Path | None = Field(SHIPPED_DEMO_DIR, description="Checkpoint registered on a fresh data dir.")
     seed_demo: bool = Field(True, description="Register the demo checkpoint and its history on a fresh store.")
     seed_paper: bool = Field(True, description="Import the paper's reported tables as a read-only experiment.")
-    suite_file: Path | None = Field(SHIPPED_SUITE, description="Packed suite runs imported on a fresh data dir "
-                                    "(source 'suite'; re-imported when the file changes).")
-    seed_suite: bool = Field(True, description="Import the shipped reproduction (suite_file) at start.")
+    suite_files: list[Path] = Field(list(SHIPPED_SUITES), description="Packed suites imported on a fresh data dir, "
+                                    "in this order (source 'suite'; each re-imported when its file changes); "
+                                    'from the environment a JSON list, e.g. AAH_SUITE_FILES=\'["my.jsonl.gz"]\'.')
+    seed_suite: bool = Field(True, description="Import the shipped reproductions (suite_files) at start.")
     preload_models: bool = Field(True, description="Load registered checkpoints at startup, not on first use.")
     warm_up: bool = Field(False, description="After preloading, compute what the editor's first visit asks "
                           "of each loaded model (its own plan's losses, the opening sweep), so that visit is "

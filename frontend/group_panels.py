@@ -57,8 +57,9 @@ def reproduction_panel(page: str) -> None:
     chosen; then the study: retrieval by distance, the matched-coverage comparisons, the corpora, the lr sweep."""
     suites = study_views.suites()
     if not suites:
-        components.placeholder("No suite runs in the store: run `aah suite paper --scale mini --seeds 3 --pack FILE` and "
-                               "start the API with AAH_SUITE_FILE=FILE (the shipped reproduction is seeded by default).")
+        components.placeholder("No suite runs in the store: run `aah suite paper --scale mini --seeds 3 --pack FILE` "
+                               "and start the API with AAH_SUITE_FILES='[\"FILE\"]' (the shipped reproductions are "
+                               "seeded by default).")
         return
     c1, c2, c3 = st.columns([2, 1, 2])
     components.ensure_option(page, "suite", list(suites), "no such suite experiment")
@@ -74,7 +75,8 @@ def reproduction_panel(page: str) -> None:
     components.show_figure(data["figure"], f"{page}._repro")
     st.caption("Left: our runs, one point per suite row with ±1 sample std over seeds as error bars. Right: the "
                "paper's reported Table 1 (one seed: no error bar). The two models differ in size, data and length, "
-               "so absolute losses are not comparable: read orderings and gaps. docs/reproduction-mini.md says how "
-               "the shipped runs were produced.")
+               "so absolute losses are not comparable: read orderings and gaps. "
+               + (f"{data['doc']} says how these runs were produced." if data["doc"] else
+                  "`aah suite --doc FILE` wrote this suite's report where it was trained."))
     st.dataframe(pd.DataFrame(group_views.reproduction_table(data)), hide_index=True)
     study_panels.study_panel(page, experiment, corpora)

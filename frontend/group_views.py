@@ -76,7 +76,8 @@ def reproduction(experiment: str, key: str) -> dict[str, Any]:
     ours_label = f"ours · suite · {groups.suite_scale_label(our_runs)} · mean ± std over {seeds} seeds"
     fig = group_figures.reproduction_figure(mine, theirs, y_title=groups.REPRO_KEYS.get(key, key), ours_label=ours_label,
                                             paper_label=PAPER_LABEL, ratio=key in ("acr", "retrieval_mean"))
-    return {"ours": mine, "paper": theirs, "figure": fig, "ours_label": ours_label}
+    return {"ours": mine, "paper": theirs, "figure": fig, "ours_label": ours_label,
+            "doc": groups.SHIPPED_REPORTS.get(groups.suite_scale(our_runs))}
 
 
 def reproduction_table(data: dict[str, Any]) -> list[dict[str, str]]:

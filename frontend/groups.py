@@ -126,9 +126,18 @@ def reproduction_rows(ours: Sequence[Mapping[str, Any]], our_runs: Sequence[Mapp
     return (sorted(mine, key=lambda r: order.index(r["row"])), sorted(theirs, key=lambda r: order.index(r["row"])))
 
 
+# the report of each suite the service ships (data/suite/), by scale
+SHIPPED_REPORTS = {"mini": "docs/reproduction-mini.md", "long": "docs/reproduction-long.md"}
+
+
+def suite_scale(runs: Sequence[Mapping[str, Any]]) -> str:
+    """The suite scale ("mini", "long", ...) a suite experiment's runs were trained at."""
+    return str(((runs[0].get("params") or {}) if runs else {}).get("suite.scale", "?"))
+
+
 def suite_scale_label(runs: Sequence[Mapping[str, Any]]) -> str:
     """"mini scale: 4×4 heads, d=64, T=128, 400 steps" from a suite experiment's runs' params."""
     p = (runs[0].get("params") or {}) if runs else {}
     shape = f"{p.get('model.n_layer', '?')}×{p.get('model.n_head', '?')} heads, d={p.get('model.d_model', '?')}, " \
             f"T={p.get('model.seq_len', '?')}, {p.get('train.max_steps', '?')} steps"
-    return f"{p.get('suite.scale', '?')} scale: {shape}"
+    return f"{suite_scale(runs)} scale: {shape}"

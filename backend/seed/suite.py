@@ -1,5 +1,6 @@
-"""First-start content: the project's own reproduction of the paper's Table 1 (the shipped suite file,
-data/suite/, written by ``aah suite paper ... --pack``) as FINISHED runs with ``source: suite``.
+"""First-start content: the project's own reproductions of the paper (the shipped suite files, data/suite/,
+written by ``aah suite paper ... --pack``: Table 1's rows at the mini scale, the baselines and passkey retrieval
+at the long scale) as FINISHED runs with ``source: suite``.
 
 One experiment per suite scale and corpus (``paper suite · mini scale`` for the code corpus, ``paper suite ·
 mini scale · english`` for the English one), one group per suite row (the preset names, as the paper's
@@ -55,10 +56,15 @@ def file_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-def seed_suite(s: Session, settings: Settings) -> bool:
-    """Import the shipped suite once (again when the file changes); False if up to date or absent."""
-    path = settings.suite_file
-    if path is None or not path.is_file():
+def seed_suite(s: Session, settings: Settings) -> int:
+    """Import each of the settings' suite files once (again when a file changes); how many were imported now.
+    A missing or bad file is logged and skipped: it never stops the others, nor the server's start."""
+    return sum(seed_pack(s, path) for path in settings.suite_files)
+
+
+def seed_pack(s: Session, path: Path) -> bool:
+    """Import one packed suite, all of it or nothing; False if up to date, absent or refused."""
+    if not path.is_file():
         logger.info("no shipped suite at %s; skipping", path)
         return False
     fp = file_hash(path)

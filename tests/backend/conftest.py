@@ -68,8 +68,8 @@ def tiny_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def make_settings(data_dir: Path, demo_dir: Path | None, **overrides: object) -> Settings:
-    """Settings on a temp data dir; the shipped suite is left out unless a test passes `suite_file`."""
-    return Settings(data_dir=data_dir, demo_dir=demo_dir, **{"suite_file": None, **overrides})
+    """Settings on a temp data dir; the shipped suites are left out unless a test passes `suite_files`."""
+    return Settings(data_dir=data_dir, demo_dir=demo_dir, **{"suite_files": [], **overrides})
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from aah_core.suite_pack import pack_suite, read_pack, thin_history, thin_plans
 from aah_core.suite_study import run_study, summarize_study
 from backend.app import create_app
 from backend.seed.suite import experiment_name
-from backend.settings import SHIPPED_SUITE
+from backend.settings import SHIPPED_SUITES, Settings
 from tests.backend.conftest import make_settings
 from tests.core.test_suite import SMOKE
 
@@ -35,8 +35,9 @@ def suite_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return out, report
 
 
-def _client(tmp_path: Path, suite_file: Path | None) -> TestClient:
-    settings = make_settings(tmp_path / "data", None, suite_file=suite_file, seed_paper=False, preload_models=False)
+def _client(tmp_path: Path, *suite_files: Path) -> TestClient:
+    settings = make_settings(tmp_path / "data", None, suite_files=list(suite_files), seed_paper=False,
+                             preload_models=False)
     return TestClient(create_app(settings), base_url="http://localhost")
 
 
@@ -132,6 +133,28 @@ def test_a_changed_pack_replaces_the_runs_and_a_broken_one_is_refused(suite_dir,
         assert _suite_runs(c) == [] and c.get(f"{API}/health").status_code == 200
 
 
+def test_several_packs_import_side_by_side_and_a_bad_one_stops_no_other(suite_dir, tmp_path):
+    out, report = suite_dir
+    tiny, other = tmp_path / "tiny.jsonl.gz", tmp_path / "other.jsonl.gz"
+    pack_suite(out, tiny, summarize(report))
+    header, runs = read_pack(tiny)
+    lines = gzip.decompress(tiny.read_bytes()).decode().splitlines()
+    other.write_bytes(gzip.compress(("\n".join([json.dumps({**header, "scale": "other"}), *lines[1:]]) + "\n").encode()))
+    (tmp_path / "junk.gz").write_bytes(b"not gzip")
+    with _client(tmp_path, tmp_path / "junk.gz", tiny, tmp_path / "absent.jsonl.gz", other) as c:
+        by_experiment: dict[str, list] = {}
+        for r in _suite_runs(c):
+            by_experiment.setdefault(r["experiment"], []).append((r["group"], r["seed"]))
+        expected = sorted((run.row, run.seed) for run in runs)
+        assert {e: sorted(v) for e, v in by_experiment.items()} == {"paper suite · tiny scale": expected,
+                                                                      "paper suite · other scale": expected}
+
+
+def test_the_service_ships_both_reproductions_by_default():
+    assert Settings().suite_files == list(SHIPPED_SUITES)
+    assert [p.name for p in SHIPPED_SUITES] == ["paper-mini.jsonl.gz", "paper-long.jsonl.gz"]
+
+
 STUDY_ROWS = ["baseline", "fixed_window"]  # fixed_window at its preset window (no full_adaptive to match)
 
 
@@ -173,27 +196,29 @@ def test_a_study_imports_one_experiment_per_corpus_and_the_lr_sweep(tmp_path):
         assert missing.status_code == 404 and "nope" in missing.json()["detail"]
 
 
-@pytest.mark.skipif(not SHIPPED_SUITE.is_file(), reason="the shipped suite file is not in this checkout")
-def test_a_fresh_data_dir_lists_the_shipped_reproduction(tmp_path):
-    header, packed = read_pack(SHIPPED_SUITE)
-    packed = list(packed)
-    study = header["summary"]["study"]
-    with _client(tmp_path, SHIPPED_SUITE) as c:
+def test_a_fresh_data_dir_lists_the_shipped_reproductions(tmp_path):
+    shipped = [p for p in SHIPPED_SUITES if p.is_file()]
+    if not shipped:
+        pytest.skip("the shipped suites are not in this checkout")
+    with _client(tmp_path, *shipped) as c:
         runs = _suite_runs(c)
-        assert len(runs) == len(packed)
-        for corpus, rows in study["corpora"].items():  # every row of every corpus, 3 seeds, the suite's own means
-            assert set(rows) == set(SUITE_ROWS)  # the paper's five rows (Table 1) and the four matched controls
-            groups = c.get(f"{API}/runs/groups", params={"source": "suite", "keys": "val_loss,retrieval_mean",
-                                                         "experiment": experiment_name(header, corpus)}).json()
-            assert {g["group"] for g in groups} == set(rows)
-            for g in groups:
-                assert g["seeds"] == [0, 1, 2]
-                assert math.isclose(g["stats"]["val_loss"]["mean"], rows[g["group"]]["val_loss"][0], rel_tol=1e-12)
-                assert math.isclose(g["stats"]["retrieval_mean"]["mean"], rows[g["group"]]["retrieval_mean"][0],
-                                    rel_tol=1e-12)
-        swept = c.get(f"{API}/runs/groups", params={"source": "suite", "keys": "val_text_loss",
-                                                    "experiment": experiment_name(header, "code", 2.0)}).json()
-        assert {g["group"] for g in swept} == {f"{row} · lr×{s:g}" for s in LR_SCALES
-                                               for row in ("baseline", "full_adaptive", "fixed_window")}
-        adaptive = next(r for r in runs if r["group"] == "full_adaptive")
-        assert len(c.get(f"{API}/runs/{adaptive['id']}/windows").json()["steps"]) > 2  # windows change
+        for path in shipped:
+            header, packed = read_pack(path)
+            study = header["summary"]["study"]
+            assert len([r for r in runs if r["params"]["suite.scale"] == header["scale"]]) == len(list(packed))
+            for corpus, rows in study["corpora"].items():  # every row of every corpus, 3 seeds, the suite's own means
+                assert {"baseline", "full_adaptive", *MATCHED_ROWS} <= set(rows) <= set(SUITE_ROWS)
+                groups = c.get(f"{API}/runs/groups", params={"source": "suite", "keys": "val_loss,retrieval_mean",
+                                                             "experiment": experiment_name(header, corpus)}).json()
+                assert {g["group"] for g in groups} == set(rows)
+                for g in groups:
+                    assert g["seeds"] == [0, 1, 2]
+                    assert math.isclose(g["stats"]["val_loss"]["mean"], rows[g["group"]]["val_loss"][0], rel_tol=1e-12)
+                    assert math.isclose(g["stats"]["retrieval_mean"]["mean"], rows[g["group"]]["retrieval_mean"][0],
+                                        rel_tol=1e-12)
+            swept = c.get(f"{API}/runs/groups", params={"source": "suite", "keys": "val_text_loss",
+                                                        "experiment": experiment_name(header, "code", 2.0)}).json()
+            assert {g["group"] for g in swept} == {f"{row} · lr×{s:g}" for s in LR_SCALES
+                                                   for row in ("baseline", "full_adaptive", "fixed_window")}
+            adaptive = next(r for r in runs if r["group"] == "full_adaptive" and r["params"]["suite.scale"] == header["scale"])
+            assert len(c.get(f"{API}/runs/{adaptive['id']}/windows").json()["steps"]) > 2  # windows change

@@ -19,8 +19,10 @@ from tests.core.test_suite import SMOKE
 
 FIRST, LATER = ["baseline", "fixed_window"], ["shallow_freeze"]  # fixed_window at its preset window (no matching)
 ALL = ["baseline", "shallow_freeze", "fixed_window"]  # the suite's row order
-SHIPPED = Path(__file__).resolve().parents[2] / "data" / "suite" / "paper-mini.jsonl.gz"
-SHIPPED_DOC = SHIPPED.parents[2] / "docs" / "reproduction-mini.md"
+ROOT = Path(__file__).resolve().parents[2]
+# each shipped pack and the report written from it
+SHIPPED = [(ROOT / "data" / "suite" / f"paper-{scale}.jsonl.gz", ROOT / "docs" / f"reproduction-{scale}.md")
+           for scale in ("mini", "long")]
 
 
 @pytest.fixture(scope="module")
@@ -170,19 +172,21 @@ def test_cli_refuses_two_pack_modes(capsys):
     assert "not allowed with argument" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not SHIPPED.is_file(), reason="the shipped suite file is not in this checkout")
-def test_the_shipped_report_is_the_report_of_the_shipped_pack(tmp_path):
-    """docs/reproduction-mini.md's generated part, the shipped pack's header summary and its .json are what the
-    pack's runs give; the hand-written sections follow."""
-    header, runs = read_pack(SHIPPED)
+@pytest.mark.parametrize("pack,doc", SHIPPED, ids=[doc.stem for _, doc in SHIPPED])
+def test_the_shipped_report_is_the_report_of_the_shipped_pack(pack, doc, tmp_path):
+    """docs/reproduction-<scale>.md's generated part, the shipped pack's header summary and its .json are what
+    the pack's runs give; the hand-written sections follow."""
+    if not pack.is_file():
+        pytest.skip(f"{pack.name} is not in this checkout")
+    header, runs = read_pack(pack)
     shipped = study_from_pack(header, runs)
-    text = SHIPPED_DOC.read_text()
+    text = doc.read_text()
     generated = study_text(shipped)
     assert text.startswith(generated.rstrip("\n") + "\n\n## ") and "(added by hand)" in text[len(generated):]
     assert json.dumps(header["summary"]["study"], sort_keys=True) == json.dumps(summarize_study(shipped), sort_keys=True)
     write_report(tmp_path / "again.md", shipped)
     assert json.loads((tmp_path / "again.json").read_text())["summary"] == \
-        json.loads(SHIPPED_DOC.with_suffix(".json").read_text())["summary"]
-    with gzip.open(SHIPPED, "rt") as f:
+        json.loads(doc.with_suffix(".json").read_text())["summary"]
+    with gzip.open(pack, "rt") as f:
         assert sum(1 for _ in f) - 1 == sum(len(v) for r in [*shipped["corpora"].values(), *shipped["lr"].values()]
                                             for v in r["rows"].values())

@@ -70,6 +70,7 @@ def test_reproduction_view_draws_the_study_on_each_corpus(fake_api):
     at = page("compare", mode="reproduction", suite=CODE)
     assert not at.exception and not at.error
     assert at.radio(key="compare.corpus").options == ["code", "english"]
+    assert any("docs/reproduction-mini.md says how these runs were produced" in c.value for c in at.caption)
     # retrieval by distance: one line per row, mean ± std over the three seeds, and chance
     fig = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("compare._retrieval")).proto.spec)
     lines = {t["name"].split(" (n=")[0]: t for t in fig["data"] if not t["name"].startswith("chance")}
