@@ -281,7 +281,9 @@ def _setup_lines(report: dict[str, Any]) -> list[str]:
         f"- Command: `{report['command'] or 'aah suite paper'}` (controller impl `{report['impl']}`): "
         f"{len(runs)} runs, {sum(r['wall_s'] for r in runs) / 60:.0f} min of training wall time in total "
         f"({statistics.mean(r['wall_s'] for r in runs):.0f} s per run).",
-        f"- Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} ({m['threads']} threads), Python {m['python']}.",
+        # the runs' torch threads (--threads), not those of the process that wrote the report
+        f"- Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} ({s.get('train.threads', m['threads'])} "
+        f"thread(s) per run), Python {m['python']}.",
         *(f"- Added to the pack later (aah_core/suite_merge.py), {a['date']}: {', '.join(a['rows'])}, {a['runs']} runs by "
           f"`{a['command']}`, {a['wall_s'] / 60:.0f} min of training wall time on {_machine(a['machine'])}."
           for a in report.get("additions", [])),

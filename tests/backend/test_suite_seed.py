@@ -42,7 +42,7 @@ def _client(tmp_path: Path, *suite_files: Path) -> TestClient:
 
 
 def _suite_runs(c: TestClient) -> list[dict]:
-    return c.get(f"{API}/runs", params={"source": "suite"}).json()
+    return c.get(f"{API}/runs", params={"source": "suite", "limit": 1000}).json()
 
 
 def test_pack_holds_every_event_of_every_run(suite_dir, tmp_path):

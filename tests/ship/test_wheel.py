@@ -1,4 +1,5 @@
-"""An installed wheel (not the checkout) carries the corpus, the demo checkpoint and the migrations."""
+"""An installed wheel (not the checkout) carries the corpus, the demo checkpoint, the shipped suites and the
+migrations."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ with TestClient(create_app(Settings(data_dir=tempfile.mkdtemp()))) as client:
     plan = client.get("/api/v1/models/demo/windows").json()["windows"]
     result = client.post("/api/v1/models/demo/evaluate", json={"windows": plan}).json()
     assert result["delta"] == 0.0 and result["loss"] > 0, result
+    suite = client.get("/api/v1/runs", params={"source": "suite", "limit": 1000}).json()
+    assert {r["params"]["suite.scale"] for r in suite} == {"mini", "long"}, len(suite)  # both shipped packs
 print("ok")
 """
 
