@@ -72,6 +72,8 @@ def reproduction_panel(page: str) -> None:
     components.ensure_option(page, "rkey", list(groups.REPRO_KEYS))
     key = c3.selectbox("Metric", list(groups.REPRO_KEYS), format_func=groups.REPRO_KEYS.get, key=components.key(page, "rkey"))
     data = group_views.reproduction(experiment, key)
+    if data["key"] != key:
+        st.info(f"These runs logged no {key}: drawn is {groups.REPRO_KEYS[data['key']]}.")
     components.show_figure(data["figure"], f"{page}._repro")
     st.caption("Left: our runs, one point per suite row with ±1 sample std over seeds as error bars. Right: the "
                "paper's reported Table 1 (one seed: no error bar). The two models differ in size, data and length, "

@@ -94,7 +94,8 @@ def _stat(values: Sequence[float]) -> dict[str, Any] | None:
             "std": statistics.stdev(values) if len(values) > 1 else None}
 
 
-REPRO_KEYS = {"val_loss": "final val_loss", "val_text_loss": "final val_text_loss (text only)",
+REPRO_KEYS = {"val_text_loss": "final val_text_loss (text only)",
+              "val_loss": "final val_loss (text and copy averaged, where trained with the copy task)",
               "delta": "Δ val_loss vs baseline (paired by seed)", "acr": "acr",
               "retrieval_mean": "retrieval_mean (passkey accuracy over distances)"}
 PAPER_KEYS = {"val_text_loss": "val_loss"}  # the paper's runs were text only: its val_loss is their text loss

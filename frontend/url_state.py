@@ -26,7 +26,7 @@ PAGE_STATE: dict[str, dict[str, tuple[str, Any]]] = {
     "compare": {"runs": ("ints", []), "keys": ("strs", ["val_loss"]), "agg": ("str", "last"),
                 "step": ("int", 0), "paper": ("bool", False), "smooth": ("float", 0.6), "mode": ("str", "runs"),
                 "groups": ("strs", []), "band": ("str", "std"), "suite": ("str", ""), "corpus": ("str", ""),
-                "rkey": ("str", "val_loss"), "diffa": ("int", 0), "diffb": ("int", 0)},
+                "rkey": ("str", "val_text_loss"), "diffa": ("int", 0), "diffb": ("int", 0)},
     "present": {"deck": ("ints", []), "slide": ("int", 0), "mode": ("str", "")},
 }
 

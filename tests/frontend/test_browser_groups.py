@@ -57,8 +57,9 @@ def test_compare_shows_our_rows_with_error_bars_beside_the_papers(live):
     code = _experiment(stack, "mini", "code")  # the suite of the paper's Table 1 rows, on its first corpus
     page = S.open_page(browser, f"{stack.ui_url}/compare?mode=reproduction&suite={quote(code)}")
     drawn = S.wait_for(lambda: S.plot(page, "reproduction"), what="the reproduction figure")
-    groups = {g["group"]: g["stats"]["val_loss"] for g in _api(stack, "/runs/groups", source="suite", keys="val_loss",
-                                                                  experiment=code)}
+    # the default metric: our text loss beside the paper's val_loss (its runs were text only)
+    groups = {g["group"]: g["stats"]["val_text_loss"] for g in _api(stack, "/runs/groups", source="suite",
+                                                                       keys="val_text_loss", experiment=code)}
     ours, paper = drawn["data"]
     assert set(ours["x"]) == set(groups) and set(paper["x"]) <= set(ours["x"])  # every row of the paper's Table 1
     for row, y, err in zip(ours["x"], ours["y"], ours["error_y"]):  # mean, and ±1 sample std as the error bar

@@ -72,6 +72,10 @@ def test_compare_groups_mode_draws_bands_and_the_table(fake_api):
 def test_compare_reproduction_view_puts_ours_beside_the_papers_table_1(fake_api):
     at = page("compare", mode="reproduction")
     assert at.session_state["compare.suite"] == "demo"
+    # these runs logged no val_text_loss, the view's default: it draws their val_loss and says so
+    assert at.session_state["compare.rkey"] == "val_text_loss"
+    assert "These runs logged no val_text_loss: drawn is final val_loss (text and copy averaged, where trained with " \
+           "the copy task)." in [i.value for i in at.info]
     table = at.dataframe[0].value
     row = table[table["row"] == "full_adaptive"].iloc[0]
     assert row["paper (reported)"] == "3.1000" and row["ours (mean ± std)"].startswith("2.4000 ± 0.1414")
