@@ -102,7 +102,7 @@ def reproduction_section(experiment: str, key: str, corpora: dict[str, str]) -> 
     chart's points, so the slide's lines are the study's findings (a slide fits one 1100 px screen)."""
     data = reproduction(experiment, key)
     figures, lines = study_views.study_slide(experiment, corpora)
-    return Section(f"Reproduction: {groups.REPRO_KEYS.get(key, key)} · {experiment}",
+    return Section(f"Reproduction: {groups.REPRO_KEYS.get(data['key'], data['key'])} · {experiment}",
                    {"reproduction": data["figure"], **figures}, [data["ours_label"], PAPER_LABEL, *lines])
 
 

@@ -76,6 +76,10 @@ def test_compare_reproduction_view_puts_ours_beside_the_papers_table_1(fake_api)
     assert at.session_state["compare.rkey"] == "val_text_loss"
     assert "These runs logged no val_text_loss: drawn is final val_loss (text and copy averaged, where trained with " \
            "the copy task)." in [i.value for i in at.info]
+    from frontend import views  # a saved view of it (Present, the deck) is titled by what it draws, too
+
+    section = views.build_section("compare", {"mode": "reproduction", "suite": "demo"})
+    assert section.title.startswith("Reproduction: final val_loss (text and copy averaged")
     table = at.dataframe[0].value
     row = table[table["row"] == "full_adaptive"].iloc[0]
     assert row["paper (reported)"] == "3.1000" and row["ours (mean ± std)"].startswith("2.4000 ± 0.1414")
