@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from backend.store.db import sqlite_url
 from tests.postgres import PostgresServer, find_bin_dir
 
 DATABASES = ("sqlite", "postgresql")
@@ -89,11 +88,12 @@ def xdist_scope(nodeid: str) -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Schemathesis 4.32's items (one per API operation, tests/backend/test_fuzz.py) all carry their function's
     node id under pytest 9, so pytest-xdist, which sends tests to workers by node id, ran one of each: each
-    gets its own name's id (private pytest API: Node._id, a NodeId)."""
-    from _pytest.nodeid import NodeId
-
+    gets its own name's id (private pytest API: Node._id, a NodeId; imported only there, since older pytests,
+    such as the GPU machine's, have no _pytest.nodeid)."""
     for item in items:
         if item.name.endswith("]") and not item.nodeid.endswith("]"):
+            from _pytest.nodeid import NodeId
+
             item._id = NodeId.parse(f"{item.nodeid.rpartition('::')[0]}::{item.name}")
     shared = [nodeid for nodeid, n in Counter(item.nodeid for item in items).items() if n > 1]
     if shared:  # fail loudly rather than let two workers run one test of each such id
@@ -152,6 +152,9 @@ def database_url(request: pytest.FixtureRequest, tmp_dir: Path) -> str:
     """The store URL for the test's database parameter ("sqlite", the default, or "postgresql")."""
     if getattr(request, "param", "sqlite") == "postgresql":
         return request.getfixturevalue("postgres").new_database()
+    # imported here, so that the engine's tests run where the service's packages are not (the GPU machine)
+    from backend.store.db import sqlite_url
+
     return sqlite_url(tmp_dir / "aah.db")
 
 
