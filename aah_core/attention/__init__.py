@@ -8,8 +8,8 @@ then overrides SUPPORTS_GRAD) and check_inputs(device, dtype, dropout_p, head_di
 
 `auto` picks the fastest usable backend (bench/attention.py has the measurements):
 CPU -> banded (compiled flex is forward-only there, slower to start and not faster);
-CUDA -> flash, else flex, else banded, each only if it can take the dtype, the head dim,
-the dropout and the gradient the call needs. If the chosen kernel still refuses a call
+CUDA in float16/bfloat16 -> flex, else flash, else banded, each only if it can take the dtype,
+the head dim, the dropout and the gradient the call needs; CUDA in float32 -> banded. If the chosen kernel still refuses a call
 (flex past its recompile limit in a long-running server), `auto` runs it on banded and
 logs why once.
 """
@@ -27,7 +27,10 @@ from aah_core.errors import BackendUnavailable
 from aah_core.windows import check_head_windows, check_sinks
 
 BACKENDS: dict[str, ModuleType] = {m.NAME: m for m in (reference, banded, flex, flash)}
-AUTO_ORDER = {"cuda": ("flash", "flex", "banded")}  # every other device: banded
+# Measured on an NVIDIA H200 (bench/results/attention-gpu-*.json, 2026-12-04): in bfloat16, compiled flex (one
+# kernel with a block mask) beat flash (one varlen call per window bucket) in every row at batch 16 and in most at
+# batch 1; in float32, banded beat flex in every row at batch 16 (flash takes no float32).
+AUTO_ORDER = {"cuda": {"half": ("flex", "flash", "banded"), "full": ("banded",)}}  # every other device: banded
 logger = logging.getLogger(__name__)
 _fallbacks_logged: set[str] = set()
 
@@ -73,6 +76,14 @@ def _why_not(
     return ""
 
 
+def auto_order(device: torch.device, dtype: torch.dtype | None) -> tuple[str, ...]:
+    """The backends `auto` tries, fastest first, for a device and dtype (None: as float32)."""
+    orders = AUTO_ORDER.get(device.type)
+    if orders is None:
+        return ("banded",)
+    return orders["half" if dtype in (torch.float16, torch.bfloat16) else "full"]
+
+
 def resolve_backend(
     backend: str,
     device: torch.device,
@@ -85,7 +96,7 @@ def resolve_backend(
     """The backend module for a name (or `auto`), or a BackendUnavailable saying why it can't run."""
     device = torch.device(device)
     if backend == "auto":
-        for name in AUTO_ORDER.get(device.type, ("banded",)):
+        for name in auto_order(device, dtype):
             if not _why_not(BACKENDS[name], device, needs_grad, dtype, dropout_p, head_dim, sinks):
                 return BACKENDS[name]
         return BACKENDS["banded"]

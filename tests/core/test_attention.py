@@ -192,15 +192,19 @@ def test_auto_on_cpu_is_banded(needs_grad):
     assert mod is banded
 
 
-def test_auto_on_cuda_prefers_flash_then_flex(monkeypatch):
+def test_auto_on_cuda_prefers_flex_then_flash_in_half_precision_and_banded_in_float32(monkeypatch):
     monkeypatch.setattr(flash, "available", lambda device: (True, ""))
     monkeypatch.setattr(flash, "_provider", lambda: ("varlen_attn", None, ""))
     monkeypatch.setattr(flex, "available", lambda device: (True, ""))
     cuda = torch.device("cuda")
+    assert resolve_backend("auto", cuda, True, torch.bfloat16, 0.0) is flex
+    assert resolve_backend("auto", cuda, True, torch.float16, 0.0) is flex
+    assert resolve_backend("auto", cuda, True, torch.bfloat16, 0.1) is banded  # neither has dropout here
+    assert resolve_backend("auto", cuda, True, torch.float32, 0.0) is banded  # faster than flex in float32
+    assert resolve_backend("auto", cuda, True, None, 0.0) is banded
+    monkeypatch.setattr(flex, "available", lambda device: (False, "no C compiler"))
     assert resolve_backend("auto", cuda, True, torch.bfloat16, 0.0) is flash
-    assert resolve_backend("auto", cuda, True, torch.float32, 0.0) is flex  # flash takes fp16/bf16 only
-    assert resolve_backend("auto", cuda, True, torch.float32, 0.1) is banded  # neither has dropout here
-    assert resolve_backend("auto", torch.device("cpu"), False, torch.float32, 0.0) is banded
+    assert resolve_backend("auto", torch.device("cpu"), False, torch.bfloat16, 0.0) is banded
 
 
 # ---- bad input ------------------------------------------------------------------------

@@ -33,18 +33,23 @@ def test_flash_head_dim_guard(head_dim, ok):
         assert f"got {head_dim}" in reason and "multiple of 8" in reason
 
 
-def test_auto_skips_flash_for_a_head_dim_it_cannot_take(fake_gpu):
-    fake_gpu.setattr(flex, "_probe", lambda device: True)
+@pytest.fixture
+def gpu_without_flex(fake_gpu):
+    """The fake GPU where flex cannot compile, so that `auto` in bfloat16 reaches flash."""
+    fake_gpu.setattr(flex, "_probe", lambda device: False)
+    return fake_gpu
+
+
+def test_auto_skips_flash_for_a_head_dim_it_cannot_take(gpu_without_flex):
     assert resolve_backend("auto", CUDA, True, torch.bfloat16, 0.0, head_dim=64) is flash
-    assert resolve_backend("auto", CUDA, True, torch.bfloat16, 0.0, head_dim=12) is flex
+    assert resolve_backend("auto", CUDA, True, torch.bfloat16, 0.0, head_dim=12) is banded
     with pytest.raises(BackendUnavailable, match="multiple of 8"):
         resolve_backend("flash", CUDA, True, torch.bfloat16, 0.0, head_dim=12)
 
 
-def test_auto_skips_flash_for_sink_tokens(fake_gpu):
-    fake_gpu.setattr(flex, "_probe", lambda device: True)
+def test_auto_skips_flash_for_sink_tokens(gpu_without_flex):
     assert resolve_backend("auto", CUDA, True, torch.bfloat16, 0.0, head_dim=64, sinks=0) is flash
-    assert resolve_backend("auto", CUDA, True, torch.bfloat16, 0.0, head_dim=64, sinks=4) is flex
+    assert resolve_backend("auto", CUDA, True, torch.bfloat16, 0.0, head_dim=64, sinks=4) is banded
     with pytest.raises(BackendUnavailable, match="no sink tokens"):
         resolve_backend("flash", CUDA, True, torch.bfloat16, 0.0, head_dim=64, sinks=4)
 
@@ -65,7 +70,8 @@ def test_flex_probe_failure_is_the_reason_and_auto_falls_back_to_banded(fake_gpu
     fake_gpu.setattr(flex, "_probe", no_compiler)
     ok, reason = flex.available(CUDA)
     assert not ok and "C compiler" in reason and "cuda:0" in reason
-    # float32: flash cannot take it, flex cannot compile -> banded, and the probe ran once
+    # bfloat16: flex cannot compile -> flash; float32 -> banded; and the probe ran once
+    assert resolve_backend("auto", CUDA, True, torch.bfloat16, 0.0, head_dim=64) is flash
     assert resolve_backend("auto", CUDA, True, torch.float32, 0.0, head_dim=64) is banded
     flex.available(torch.device("cuda", 0))
     assert len(calls) == 1
@@ -92,7 +98,7 @@ def test_flex_recompile_limit_is_backend_unavailable(monkeypatch):
 
 def test_auto_runs_banded_when_its_kernel_refuses_at_call_time(monkeypatch):
     monkeypatch.setattr(flex, "_compiled", lambda: _hits_recompile_limit)
-    monkeypatch.setitem(attention.AUTO_ORDER, "cpu", ("flex",))
+    monkeypatch.setitem(attention.AUTO_ORDER, "cpu", {"half": ("flex",), "full": ("flex",)})
     q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
     with torch.no_grad():
         out = windowed_attention(q, k, v, [4, 16], backend="auto")
