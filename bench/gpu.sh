@@ -52,10 +52,11 @@ else
   device=cuda suffix="" limit=540
   # a GPU run is milliseconds and compiling dominates, so runs are cheap: enough for a steady median
   if [ $quick = 1 ]; then T=(1024 4096) bench_args=(--runs 10 --warmup 2); else T=(1024 4096 16384) bench_args=(--runs 20 --warmup 3); fi
-  bench_args+=(--backends banded flex flash --batch $batch)
-  [ ${#lengths[@]} -gt 0 ] && T=("${lengths[@]}")
+  bench_args+=(--backends banded flex flash)
   test_args=(-q -rs)
 fi
+bench_args+=(--batch $batch)  # (--batch and --T reach the dry run too: it checks the arguments)
+[ ${#lengths[@]} -gt 0 ] && T=("${lengths[@]}")
 batch_tag=""
 [ $batch != 1 ] && batch_tag="-b$batch"
 

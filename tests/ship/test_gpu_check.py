@@ -76,6 +76,16 @@ def test_dry_run_writes_every_result_under_out(tmp_path):
         assert timed == {(1024, p, b) for p in ("mix-cov0.32", "w=64") for b in ("sdpa-causal", "banded")}
 
 
+def test_batch_and_lengths_reach_the_benchmark_and_name_its_files(tmp_path):
+    proc = run_check("--dry-run", "--batch", "2", "--T", "1024", "2048", "--step", "3", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = tmp_path / "out"
+    for dtype in ("float32", "bfloat16"):
+        bench = json.loads((out / f"attention-gpu-b2-{dtype}-dry-run.json").read_text())
+        assert bench["batch"] == 2
+        assert {r["T"] for r in bench["rows"]} == {1024, 2048}
+
+
 def test_every_step_runs_even_when_one_fails(tmp_path):
     proc = run_check("--dry-run", py="false", tmp_path=tmp_path)
     assert proc.returncode == 1
