@@ -1,16 +1,18 @@
 """The run store over HTTP: list, read, metrics, window plans, compare, start and cancel jobs.
 
 No route queries the store on the event loop: plain ``def`` routes run in FastAPI's thread pool,
-and the two ``async`` ones (metrics, compare) hand their reads to a thread or the bounded read
-executor (services/executor.py: 429 with Retry-After when full)."""
+and the ``async`` ones (the run list, a run, metrics, compare) hand their reads to a thread or the bounded
+read executor (services/executor.py: 429 with Retry-After when full)."""
 
 from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from pydantic import BaseModel
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.api.deps import MetricsCacheDep, ReadsDep, SessionDep, TargetJobsDep
@@ -26,6 +28,7 @@ from backend.schemas.runs import (
     LogsResponse,
     MetricsResponse,
     RunCreate,
+    RunList,
     RunPublic,
     RunSource,
     RunStatus,
@@ -46,9 +49,23 @@ Step = Annotated[int | None, Query(ge=0, le=2**62)]
 MAX_KEYS = 200
 
 
-@router.get("")
-def read_runs(
-    session: SessionDep,
+def _in_transaction(sessions: sessionmaker[Session], read: Callable[[Session], BaseModel]) -> Callable[[], BaseModel]:
+    def run() -> BaseModel:
+        with transaction(sessions) as session:
+            return read(session)
+
+    return run
+
+
+# The run list and a run's page are what every open dashboard reads, and each is tens of queries and a model
+# per run: on the thread pool of plain routes (40 threads) 50 clients made GET /runs cost 97-115 ms of CPU a
+# request against 30 ms for one client, the threads handing the interpreter lock round; on the read executor's
+# few threads they queue instead (docs/performance.md, "Synchronous routes under concurrency"). Not shared
+# between identical requests (key None): a read that began before a client's write must not answer it.
+@router.get("", response_model=list[RunPublic], responses=BUSY)
+async def read_runs(
+    request: Request,
+    reads: ReadsDep,
     experiment: Annotated[str | None, Query(max_length=200)] = None,
     preset: Annotated[str | None, Query(max_length=100)] = None,
     status: RunStatus | None = None,
@@ -57,16 +74,20 @@ def read_runs(
     tag: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
-) -> list[RunPublic]:
+) -> Response:
     """Runs, newest first, filtered by experiment name, preset, status, source, group and tag."""
-    return run_store.list_runs(session, experiment=experiment, preset=preset, status=status, source=source,
-                           group=group, tag=tag, limit=limit, offset=offset)
+    def read(session: Session) -> RunList:
+        return RunList(run_store.list_runs(session, experiment=experiment, preset=preset, status=status,
+                                           source=source, group=group, tag=tag, limit=limit, offset=offset))
+
+    return await reads.json_response(None, _in_transaction(request.app.state.sessions, read))
 
 
-@router.get("/{run_id}")
-def read_run(session: SessionDep, run_id: RunId) -> RunPublic:
+@router.get("/{run_id}", response_model=RunPublic, responses=BUSY)
+async def read_run(request: Request, reads: ReadsDep, run_id: RunId) -> Response:
     """One run: params, status, progress, latest value per metric."""
-    return run_store.get_run(session, run_id)
+    return await reads.json_response(
+        None, _in_transaction(request.app.state.sessions, lambda session: run_store.get_run(session, run_id)))
 
 
 @router.patch("/{run_id}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictInt, field_validator
+from pydantic import Field, RootModel, StrictInt, field_validator
 
 from backend.schemas.base import DbId, DbStep, Plan, Request, Response
 
@@ -56,6 +56,9 @@ class RunPublic(Response):
                                      "RUNNING, FINISHED, FAILED, KILLED, or GONE (it no longer knows it)")
     pending_reason: str | None = Field(None, description="while PENDING: why the engine has not started it")
 
+
+
+RunList = RootModel[list[RunPublic]]  # GET /runs, serialised in a read thread (routers/runs.py)
 
 class NonFinite(Response):
     """The non-finite points of a series in the range read, by step: every one of them, also those a

@@ -241,3 +241,34 @@ def test_health_counts_follow_the_store_without_a_query_per_request(live):
         run_store.create_run(s, name="counted", experiment="load", status="FINISHED")
     wait_until(lambda: httpx.get(url + API + "/health", timeout=10).json()["runs"] == before + 1,
                "the new run in /health's count", timeout=15)
+
+
+def test_run_reads_queue_on_the_read_executor_and_never_answer_an_older_read(live, monkeypatch):
+    """GET /runs/{id} and GET /runs run on the bounded read executor (many dashboards reading runs queue
+    there instead of crowding the thread pool), and identical reads are not shared: a read that was already
+    running when a client wrote does not answer the client's next read."""
+    from backend.store.tables import Run
+
+    url, app = live
+    with transaction(app.state.sessions) as s:
+        run_id = run_store.create_run(s, name="before", experiment="load", status="FINISHED")
+    gate = Gate(run_store.get_run)
+    monkeypatch.setattr(run_store, "get_run", gate)
+    joined_before = app.state.reads.joined
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(httpx.get, url + API + f"/runs/{run_id}", timeout=GATE_TIMEOUT_S)
+        wait_until(lambda: gate.calls == 1, "the first read to start")
+        with transaction(app.state.sessions) as s:  # the client's write, while that read is held
+            s.get(Run, run_id).name = "after"
+        second = pool.submit(httpx.get, url + API + f"/runs/{run_id}", timeout=GATE_TIMEOUT_S)
+        wait_until(lambda: app.state.reads.admitted == 2, "the second read queued behind the first")
+        refused = httpx.get(url + API + "/runs", timeout=10)  # capacity 2 (1 worker + 1 queued): full
+        assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+        gate.open.set()
+        answers = [first.result(), second.result()]
+    assert [r.status_code for r in answers] == [200, 200]
+    assert gate.calls == 2 and app.state.reads.joined == joined_before  # two reads, none shared
+    assert answers[1].json()["name"] == "after"
+    wait_until(lambda: app.state.reads.admitted == 0, "the executor to drain")
+    listed = httpx.get(url + API + "/runs", params={"experiment": "load"}, timeout=GATE_TIMEOUT_S)
+    assert listed.status_code == 200 and run_id in [r["id"] for r in listed.json()]
