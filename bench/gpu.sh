@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The GPU check, in three steps; each fits well inside one 10-minute device command:
+# The GPU check, in four steps (first run on an NVIDIA H200 on 2026-12-04: docs/performance.md):
 #   1  capability report: torch, GPU, every backend's status (flex: one tiny compiled call)
 #   2  the CUDA attention tests (parity with the float64 reference, gradients, auto's choice)
 #   3  a short attention benchmark per dtype (float32, bfloat16) for the mixed plan of causal
 #      coverage ~0.3 (mix-cov0.32) and the single window w=T/16, ratio to causal SDPA
 #   4  (only with --step 4) bench/generate.py at T=4096: KV bytes, prefill and decode-step time of
-#      the mixed plan vs full, batch 1 and 8 (a few minutes; not yet run on a GPU)
+#      the mixed plan vs full, batch 1 and 8 (about a minute on the H200)
 # Usage: bench/gpu.sh [--quick] [--dry-run] [--budget S] [--batch B] [--T N...] [--step N]...
-#   --quick    T in {1024, 4096}, 10 timed runs (about 6 minutes of GPU time for steps 1-3)
+#   --quick    T in {1024, 4096}, 10 timed runs (steps 1-4: about 5 minutes on the H200)
 #              instead of T in {1024, 4096, 16384}, 20 runs
 #   --budget S all steps together end within S seconds: each step's timeout is cut to what is left,
 #              and a step with under 20 s left is skipped (reported as failed)
