@@ -169,7 +169,8 @@ def run(args) -> dict:
                 chosen, skipped = backends_for(mode, name, T, args, device)
                 times = measure(T, windows, chosen, mode, args, device)
                 base = times["sdpa-causal"]
-                auto = resolve_backend("auto", device, mode == "fwd+bwd", args.dtype, 0.0, args.head_dim).NAME
+                auto = resolve_backend("auto", device, mode == "fwd+bwd", args.dtype, 0.0, args.head_dim,
+                                       scores=args.batch * 8 * T * T).NAME  # (8 heads, as timed)
                 for b, ts in times.items():
                     rows.append(dict(T=T, plan=name, windows=windows, causal_coverage=round(cov, 4),
                                      tile_coverage=round(tile, 4), mode=mode, backend=b,

@@ -9,7 +9,8 @@ then overrides SUPPORTS_GRAD) and check_inputs(device, dtype, dropout_p, head_di
 `auto` picks the fastest usable backend (bench/attention.py has the measurements):
 CPU -> banded (compiled flex is forward-only there, slower to start and not faster);
 CUDA in float16/bfloat16 -> flex, else flash, else banded, each only if it can take the dtype,
-the head dim, the dropout and the gradient the call needs; CUDA in float32 -> banded. If the chosen kernel still refuses a call
+the head dim, the dropout and the gradient the call needs; CUDA in float32 -> banded, or flex for a
+small call (B*H*T^2 under SMALL_SCORES). If the chosen kernel still refuses a call
 (flex past its recompile limit in a long-running server), `auto` runs it on banded and
 logs why once.
 """
@@ -29,8 +30,11 @@ from aah_core.windows import check_head_windows, check_sinks
 BACKENDS: dict[str, ModuleType] = {m.NAME: m for m in (reference, banded, flex, flash)}
 # Measured on an NVIDIA H200 (bench/results/attention-gpu-*.json, 2026-12-04): in bfloat16, compiled flex (one
 # kernel with a block mask) beat flash (one varlen call per window bucket) in every row at batch 16 and in most at
-# batch 1; in float32, banded beat flex in every row at batch 16 (flash takes no float32).
-AUTO_ORDER = {"cuda": {"half": ("flex", "flash", "banded"), "full": ("banded",)}}  # every other device: banded
+# batch 1. In float32 (flash takes none) banded beat flex in every row from B*H*T^2 = 134 M scores up (T = 4096 at
+# batch 1, and batch 16), and flex beat banded at 8.4 M (T = 1024, batch 1: the mixed plan 2-3x faster), where
+# both are bound by launches; SMALL_SCORES lies between the two.
+AUTO_ORDER = {"cuda": {"half": ("flex", "flash", "banded"), "full": ("banded",), "small full": ("flex", "banded")}}
+SMALL_SCORES = 32 * 2**20  # B*H*T^2 under which a float32 call on CUDA counts as small
 logger = logging.getLogger(__name__)
 _fallbacks_logged: set[str] = set()
 
@@ -76,12 +80,15 @@ def _why_not(
     return ""
 
 
-def auto_order(device: torch.device, dtype: torch.dtype | None) -> tuple[str, ...]:
-    """The backends `auto` tries, fastest first, for a device and dtype (None: as float32)."""
+def auto_order(device: torch.device, dtype: torch.dtype | None, scores: int | None = None) -> tuple[str, ...]:
+    """The backends `auto` tries, fastest first, for a device, a dtype (None: as float32) and the call's size in
+    scores, B*H*T^2 (None: large)."""
     orders = AUTO_ORDER.get(device.type)
     if orders is None:
         return ("banded",)
-    return orders["half" if dtype in (torch.float16, torch.bfloat16) else "full"]
+    if dtype in (torch.float16, torch.bfloat16):
+        return orders["half"]
+    return orders["small full" if scores is not None and scores < SMALL_SCORES else "full"]
 
 
 def resolve_backend(
@@ -92,11 +99,13 @@ def resolve_backend(
     dropout_p: float = 0.0,
     head_dim: int | None = None,
     sinks: int = 0,
+    scores: int | None = None,
 ) -> ModuleType:
-    """The backend module for a name (or `auto`), or a BackendUnavailable saying why it can't run."""
+    """The backend module for a name (or `auto`: see auto_order; `scores` is the call's B*H*T^2), or a
+    BackendUnavailable saying why it can't run."""
     device = torch.device(device)
     if backend == "auto":
-        for name in auto_order(device, dtype):
+        for name in auto_order(device, dtype, scores):
             if not _why_not(BACKENDS[name], device, needs_grad, dtype, dropout_p, head_dim, sinks):
                 return BACKENDS[name]
         return BACKENDS["banded"]
@@ -151,7 +160,8 @@ def windowed_attention(
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    mod = resolve_backend(backend, q.device, needs_grad, q.dtype, dropout_p, q.shape[-1], sinks)
+    B, H, T, D = q.shape
+    mod = resolve_backend(backend, q.device, needs_grad, q.dtype, dropout_p, D, sinks, scores=B * H * T * T)
     try:
         return mod.attend(q, k, v, head_windows, dropout_p, scale, sinks)
     except BackendUnavailable as exc:

@@ -202,6 +202,10 @@ def test_auto_on_cuda_prefers_flex_then_flash_in_half_precision_and_banded_in_fl
     assert resolve_backend("auto", cuda, True, torch.bfloat16, 0.1) is banded  # neither has dropout here
     assert resolve_backend("auto", cuda, True, torch.float32, 0.0) is banded  # faster than flex in float32
     assert resolve_backend("auto", cuda, True, None, 0.0) is banded
+    small, large = 1 * 8 * 1024**2, 1 * 8 * 4096**2  # B*H*T^2 of the measured sizes on either side
+    assert resolve_backend("auto", cuda, True, torch.float32, 0.0, scores=small) is flex
+    assert resolve_backend("auto", cuda, True, torch.float32, 0.0, scores=large) is banded
+    assert resolve_backend("auto", cuda, True, torch.bfloat16, 0.0, scores=large) is flex
     monkeypatch.setattr(flex, "available", lambda device: (False, "no C compiler"))
     assert resolve_backend("auto", cuda, True, torch.bfloat16, 0.0) is flash
     assert resolve_backend("auto", torch.device("cpu"), False, torch.bfloat16, 0.0) is banded

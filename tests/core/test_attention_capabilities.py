@@ -98,9 +98,25 @@ def test_flex_recompile_limit_is_backend_unavailable(monkeypatch):
 
 def test_auto_runs_banded_when_its_kernel_refuses_at_call_time(monkeypatch):
     monkeypatch.setattr(flex, "_compiled", lambda: _hits_recompile_limit)
-    monkeypatch.setitem(attention.AUTO_ORDER, "cpu", {"half": ("flex",), "full": ("flex",)})
+    monkeypatch.setitem(attention.AUTO_ORDER, "cpu", {"half": ("flex",), "full": ("flex",), "small full": ("flex",)})
     q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
     with torch.no_grad():
         out = windowed_attention(q, k, v, [4, 16], backend="auto")
         want = windowed_attention(q, k, v, [4, 16], backend="reference")
     torch.testing.assert_close(out, want)
+
+
+def test_auto_passes_the_calls_size(monkeypatch):
+    """windowed_attention gives auto its call's B*H*T^2, which picks the float32 order (on CUDA: flex for a small
+    call, banded for a large one; here the CPU stands in, with reference as its "small" choice)."""
+    monkeypatch.setitem(attention.AUTO_ORDER, "cpu", {"half": ("banded",), "full": ("banded",),
+                                                     "small full": ("reference",)})
+    monkeypatch.setattr(attention, "SMALL_SCORES", 2 * 3 * 32 * 32 + 1)
+    used = []
+    for mod in (attention.reference, banded):
+        monkeypatch.setattr(mod, "attend", lambda *a, real=mod.attend, name=mod.NAME: used.append(name) or real(*a))
+    with torch.no_grad():
+        for T in (32, 33):
+            q = torch.randn(2, 3, T, 8)
+            windowed_attention(q, q, q, [4, 8, 40], backend="auto")
+    assert used == ["reference", "banded"]
