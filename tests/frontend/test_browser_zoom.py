@@ -44,6 +44,10 @@ def test_a_dragged_range_re_asks_the_server_and_draws_the_finer_points(live):
     before = S.wait_for(lambda: S.plot(page, "metrics by step"), what="the metrics chart")
     xs = next(t for t in before["data"] if t["name"] == "train_loss")["x"]
     S.settled(page)
+    # the zoom listener binds to the chart's div on its next poll (every 300 ms): a drag before that is a
+    # local Plotly zoom the page never hears of, so the drag waits for the binding (zoom_chart._JS)
+    page.wait_for_function("() => { const d = document.querySelector('.st-key-acr-_metrics .js-plotly-plot');"
+                           " return !!d && d.__aahZoom !== undefined; }", timeout=60_000)
     box = page.locator(".st-key-acr-_metrics .nsewdrag").first.bounding_box()
     y = box["y"] + box["height"] / 2
     page.mouse.move(box["x"] + box["width"] * 0.40, y)  # one drag: 40 % to 43 % of the x axis
