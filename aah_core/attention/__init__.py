@@ -31,10 +31,12 @@ BACKENDS: dict[str, ModuleType] = {m.NAME: m for m in (reference, banded, flex, 
 # Measured on an NVIDIA H200 (bench/results/attention-gpu-*.json, 2026-12-04): in bfloat16, compiled flex (one
 # kernel with a block mask) beat flash (one varlen call per window bucket) in every row at batch 16 and in most at
 # batch 1. In float32 (flash takes none) banded beat flex in every row from B*H*T^2 = 134 M scores up (T = 4096 at
-# batch 1, and batch 16), and flex beat banded at 8.4 M (T = 1024, batch 1: the mixed plan 2-3x faster), where
-# both are bound by launches; SMALL_SCORES lies between the two.
+# batch 1, and batch 16). Below that both are bound by launches and flex wins: a second H200 run
+# (bench/results/attention-gpu-threshold*-float32.json, bench/gpu_threshold.sh) had flex ahead or level at 8-64 M
+# scores (T = 1024 at batch 1-8, T = 2048 at batch 1-2; the mixed plan 1.3-3.3x faster at 8-32 M) and banded
+# ahead at 128 M (T = 2048 at batch 4, T = 4096 at batch 1: 1.1-1.6x); SMALL_SCORES lies between the two.
 AUTO_ORDER = {"cuda": {"half": ("flex", "flash", "banded"), "full": ("banded",), "small full": ("flex", "banded")}}
-SMALL_SCORES = 32 * 2**20  # B*H*T^2 under which a float32 call on CUDA counts as small
+SMALL_SCORES = 96 * 2**20  # B*H*T^2 under which a float32 call on CUDA counts as small
 logger = logging.getLogger(__name__)
 _fallbacks_logged: set[str] = set()
 

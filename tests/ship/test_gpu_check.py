@@ -117,3 +117,15 @@ def test_the_package_admits_the_gpu_machines_python():
 
     requires = SpecifierSet(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"])
     assert "3.11" in requires and "3.12" in requires  # the GPU machine runs Python 3.12
+
+
+@pytest.mark.slow
+def test_threshold_check_dry_runs_with_the_gpu_machines_packages(tmp_path):
+    (tmp_path / "out").mkdir()
+    env = {**gpu_machine_env(tmp_path), "PY": sys.executable, "OUT": str(tmp_path / "out")}
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "gpu_threshold.sh"), "--dry-run"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    bench = json.loads((tmp_path / "out" / "attention-gpu-threshold-b1-float32-dry-run.json").read_text())
+    timed = {(r["T"], r["backend"]) for r in bench["rows"] if "ratio" in r}
+    assert bench["dtype"] == "float32" and timed == {(128, "sdpa-causal"), (128, "banded"), (128, "flex")}
