@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.telemetry import TelemetryConfig
 from sqlalchemy.exc import DBAPIError
 
 from aah_core.paths import library_caches
@@ -39,6 +40,10 @@ from backend.store.db import make_engine, make_session_factory, transaction
 
 logger = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
+# FastAPI records OpenTelemetry spans and metrics of every request once any library in the process sets a
+# global provider, and exports them where FASTAPI_OTEL_AUTO_CONFIGURE and OTEL_* say: the studio sends none
+TELEMETRY_OFF: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False,
+                                  "auto_configure": False}
 METRICS_CACHE_ITEMS = 256  # serialised metric responses kept, within AAH_CACHE_BYTES
 # The garbage collector while serving: a first-generation pass every 50,000 new container objects
 # instead of 700 (a 9,000-point metric batch makes ~40,000, which ran ~60 passes and promoted them all).
@@ -132,6 +137,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Per-head context allocation: models, window plans, live evaluation, attention "
         "heatmaps, runs and training jobs. Contract: docs/api.md.",
         lifespan=lifespan,
+        telemetry=TELEMETRY_OFF,
         # Checks for every route: POST/PUT/PATCH/DELETE need the bearer token when one is set; no path or
         # query parameter holds a control character.
         dependencies=[Depends(require_token), Depends(require_plain_params)],
