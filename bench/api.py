@@ -32,6 +32,7 @@ from pathlib import Path
 
 import httpx
 
+from aah_launcher.serve import API_PROTOCOL
 from bench.common import percentiles, write_result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,11 +90,12 @@ def _seed_history(db_path: Path, steps: int = HISTORY_STEPS) -> int:
 
 
 def start_server(data_dir: Path, demo_dir: Path, port: int, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """A uvicorn child serving the API on loopback (extra ``env`` on top), once /health answers."""
+    """A uvicorn child serving the API on loopback as `aah serve` does (extra ``env`` on top), once /health
+    answers."""
     env = {**os.environ, "AAH_DATA_DIR": str(data_dir), "AAH_DEMO_DIR": str(demo_dir), "AAH_API_TOKEN": "",
            "PYTHONPATH": str(REPO), **(env or {})}
     cmd = [sys.executable, "-m", "uvicorn", "backend.app:app", "--host", "127.0.0.1", "--port", str(port),
-           "--log-level", "warning"]
+           "--log-level", "warning", "--http", API_PROTOCOL]  # the protocol `aah serve` and the image run
     proc = subprocess.Popen(cmd, env=env, cwd=str(REPO))
     try:
         deadline = time.monotonic() + 180
