@@ -1,7 +1,7 @@
-"""The service sends no telemetry, whatever the environment: FastAPI (0.160 and later) records OpenTelemetry
-spans and metrics of every request once a global provider is set (Ray or any other library in the process
-may set one), and with FASTAPI_OTEL_AUTO_CONFIGURE=true it adds exporters to the OTLP endpoint the
-environment names. create_app turns all of it off."""
+"""The service sends no telemetry, whatever the environment: FastAPI (0.165, pinned) records OpenTelemetry
+spans and metrics of every request once any library in the process sets a global provider, and with
+FASTAPI_OTEL_AUTO_CONFIGURE=true it adds exporters to the OTLP endpoint the environment names.
+create_app turns all of it off."""
 
 from __future__ import annotations
 
