@@ -34,6 +34,12 @@ function attach(chartKey, setStateValue) {
     if (lo === undefined && Array.isArray(ev['xaxis.range'])) [lo, hi] = ev['xaxis.range'];
     if (lo !== undefined && hi !== undefined) div.__aahZoom('range', [Number(lo), Number(hi)]);
   });
+  // a drag before this first attach (the chart drew a moment before the listener found it) zoomed the
+  // chart locally with no event heard: report that range now, or the coarse overview would pass for it
+  const x = div.layout && div.layout.xaxis;
+  if (x && x.autorange === false && Array.isArray(x.range) && x.range.length === 2) {
+    div.__aahZoom('range', [Number(x.range[0]), Number(x.range[1])]);
+  }
 }
 
 export default function ({ data, setStateValue }) {
@@ -71,6 +77,9 @@ def _changed() -> None:
 
 
 def show(fig: go.Figure, name: str) -> None:
-    """st.plotly_chart (components.show_figure) plus the listener that reports its zoom (`zoomed`)."""
+    """st.plotly_chart (components.show_figure) plus the listener that reports its zoom (`zoomed`). The
+    figure leaves its x range to Plotly: the listener takes a set range on a chart it finds for a zoom."""
+    if fig.layout.xaxis.range is not None:
+        raise ValueError(f"{name}: a zoomable chart must not set its x range (it would read as the user's zoom)")
     components.show_figure(fig, name)
     _COMPONENT(key=f"{name}.zoom", data={"chart": name}, height=0, on_range_change=functools.partial(_changed))

@@ -7,7 +7,7 @@ import math
 import httpx
 import pytest
 
-from frontend import views
+from frontend import views, zoom_chart
 from tests.frontend import stack as S
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -44,16 +44,17 @@ def test_a_dragged_range_re_asks_the_server_and_draws_the_finer_points(live):
     before = S.wait_for(lambda: S.plot(page, "metrics by step"), what="the metrics chart")
     xs = next(t for t in before["data"] if t["name"] == "train_loss")["x"]
     S.settled(page)
-    # the zoom listener binds to the chart's div on its next poll (every 300 ms): a drag before that is a
-    # local Plotly zoom the page never hears of, so the drag waits for the binding (zoom_chart._JS)
-    page.wait_for_function("() => { const d = document.querySelector('.st-key-acr-_metrics .js-plotly-plot');"
-                           " return !!d && d.__aahZoom !== undefined; }", timeout=60_000)
+    # no wait for the zoom listener to find the chart (it polls every 300 ms): a drag before that is reported
+    # when it does (the test below), so the page must re-ask whenever the drag comes
     box = page.locator(".st-key-acr-_metrics .nsewdrag").first.bounding_box()
     y = box["y"] + box["height"] / 2
     page.mouse.move(box["x"] + box["width"] * 0.40, y)  # one drag: 40 % to 43 % of the x axis
     page.mouse.down()
     page.mouse.move(box["x"] + box["width"] * 0.43, y, steps=8)
     page.mouse.up()
+    # what the listener reads from a chart it finds already zoomed (the test below): Plotly's layout after a drag
+    assert page.evaluate("() => { const x = document.querySelector('.st-key-acr-_metrics .js-plotly-plot')"
+                         ".layout.xaxis; return x.autorange === false && x.range.length === 2; }")
     page.get_by_text("Zoomed to steps").wait_for(timeout=90_000)
     after = S.wait_for(lambda: (p := S.plot(page, "metrics by step")) and
                        next(t for t in p["data"] if t["name"] == "train_loss")["x"] != xs and p,
@@ -68,3 +69,38 @@ def test_a_dragged_range_re_asks_the_server_and_draws_the_finer_points(live):
     assert len(_in(drawn["x"], first, last)) > len(_in(xs, first, last)), "the zoom drew no finer points"
     assert "train_loss" in overview.get("downsampled", [])  # the overview is a downsampled one
     page.close()
+
+
+LISTENER_ON_A_STAND_IN = """async ([code, layout]) => {
+    // zoom_chart's listener, run on a stand-in for the chart st.plotly_chart draws: a div of the chart's key
+    // whose `on` records the handlers Plotly would call, holding `layout`
+    document.body.innerHTML = "<div class='st-key-acr-_metrics'><div class='js-plotly-plot'></div></div>";
+    const div = document.querySelector('.js-plotly-plot');
+    const handlers = [];
+    div.on = (name, fn) => handlers.push([name, fn]);
+    div.layout = layout;
+    const sent = [];
+    const url = URL.createObjectURL(new Blob([code], {type: 'text/javascript'}));
+    const stop = (await import(url)).default({data: {chart: 'acr._metrics'}, setStateValue: (k, v) => sent.push([k, v])});
+    const atAttach = sent.length;
+    for (const [name, fn] of handlers) if (name === 'plotly_relayout') fn({'xaxis.range[0]': 200, 'xaxis.range[1]': 300});
+    stop();
+    return {sent, atAttach, bound: handlers.map(h => h[0])};
+}"""
+
+
+@pytest.mark.parametrize(("layout", "at_attach"), [
+    ({"xaxis": {"autorange": False, "range": [120.5, 480.25]}}, [["range", [120.5, 480.25]]]),  # zoomed already
+    ({"xaxis": {"autorange": True, "range": [0, 900]}}, []),  # as drawn
+])
+def test_a_range_dragged_before_the_listener_found_the_chart_is_reported_when_it_does(live, layout, at_attach):
+    """The listener finds its chart by polling (every 300 ms): a drag in between zooms the chart locally and
+    no event reports it, so the coarse overview would pass for the range. On finding the chart the listener
+    reports a range the chart already shows; after that the chart's own relayout events do."""
+    _, browser = live
+    page = browser.new_page()
+    result = page.evaluate(LISTENER_ON_A_STAND_IN, [zoom_chart._JS, layout])
+    page.close()
+    assert result["bound"] == ["plotly_relayout"]
+    assert result["sent"][:result["atAttach"]] == at_attach
+    assert result["sent"][result["atAttach"]:] == [["range", [200, 300]]]

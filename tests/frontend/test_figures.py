@@ -375,6 +375,17 @@ def test_a_zoomed_range_becomes_whole_steps():
     assert zoom_chart.step_range(["a", 3]) is None and zoom_chart.step_range([float("nan"), 3]) is None
 
 
+def test_a_zoomable_chart_may_not_set_its_own_x_range():
+    """The zoom listener takes a set x range on a chart it finds for the user's zoom (zoom_chart._JS)."""
+    from frontend import zoom_chart
+
+    fig = figures.metric_curves_figure({"loss": ([1, 2, 3], [3.0, 2.0, 1.0])}, 0.0, title="metrics by step")
+    assert fig.layout.xaxis.range is None  # the ACR page's chart leaves it to Plotly
+    fig.update_xaxes(range=[0, 2])
+    with pytest.raises(ValueError, match="must not set its x range"):
+        zoom_chart.show(fig, "acr._metrics")
+
+
 def test_a_models_window_map_colour_bar_spans_its_own_context():
     """Issue 23: a T=256 model's colour bar ran 1 .. 16384."""
     hm = figures.window_grid_figure([[4, 256, None, 1000]], seq_len=256).data[0]
