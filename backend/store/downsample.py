@@ -12,12 +12,12 @@ just that range.
 Where the work goes: no read handles more than about 4 stored rows per point it returns, at any zoom of
 any run. A range of at least 8 steps per bucket is cut along the buckets of a rollup level
 (backend/rollups.py keeps their extreme rows as rows are written): the coarsest with at least one cell
-per bucket (so fewer than four cells a bucket), else level 0 (16 steps) with fewer, whole buckets. Its
-cells inside the range are that level's rollup rows; the parts of the two cells the range's ends cut are
-whole rollup buckets of finer levels (fewer than four a level) and fewer than 16 rows at each end. A
-shorter range (under 8 steps per bucket) is summarized from its own rows. One statement of index
-searches (``_cells``) returns each cell with its bucket, and one loop (``merge_cells``) keeps each
-bucket's extremes. (Window functions that rank the cells in SQL cost more than that loop on both
+per bucket (so fewer than two cells a bucket, levels being two times apart), else level 0 (16 steps) with
+fewer, whole buckets. Its cells inside the range are that level's rollup rows; the parts of the two cells
+the range's ends cut are whole rollup buckets of finer levels (at most one a level) and fewer than 16 rows
+at each end. A shorter range (under 8 steps per bucket) is summarized from its own rows. One statement
+of index searches (``_cells``) returns each cell with its bucket, and one loop (``merge_cells``) keeps
+each bucket's extremes. (Window functions that rank the cells in SQL cost more than that loop on both
 databases; what costs is building Python objects per row, so the cells come back as the driver's
 tuples.)
 """
@@ -197,7 +197,7 @@ Piece = tuple[int | None, int, int]  # (None, first step, last step) or (level, 
 def cover(first: int, last: int, top: int | None) -> list[Piece]:
     """``[first, last]`` as the fewest whole rollup buckets of levels ``<= top`` and single steps, in
     step order: (None, first, last) step ranges (fewer than 16 steps at each end) and (level, first
-    bucket, last bucket) ranges (fewer than four buckets of each level under ``top`` at each end, and
+    bucket, last bucket) ranges (fewer than FACTOR buckets of each level under ``top`` at each end, and
     the ``top`` buckets between). ``top`` None: the steps themselves."""
     if top is None:
         return [(None, first, last)]

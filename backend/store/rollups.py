@@ -1,13 +1,15 @@
 """Each metric series' minimum and maximum per step bucket, kept as rows are written, so that a
 downsampled read of a long range touches about as many rows as it returns (backend/downsample.py).
 
-Level ``l`` cuts the steps into buckets of ``width(l) = 16 * 4**l`` steps (16, 64, 256, ... up to
+Level ``l`` cuts the steps into buckets of ``width(l) = 16 * 2**l`` steps (16, 32, 64, ... up to
 about 67 M): bucket ``b`` holds steps ``[b * w, (b + 1) * w)``. A rollup row keeps a bucket's first
 row and the rows of its minimum and of its maximum finite value (step, value and timestamp, so a
 read needs no other row; NULL when no value in it is finite; on a tie, the smaller step), and how many
 of its rows are not finite (NaN, +-inf), so that a read finds a divergence in a range of finite
-buckets without scanning their rows. A bucket of level ``l + 1`` is the merge of four of level ``l``,
-so levels are built from the one below.
+buckets without scanning their rows. A bucket of level ``l + 1`` is the merge of two of level ``l``,
+so levels are built from the one below. (Levels were four times apart until migration 0014: a zoom's buckets
+then held 1-4 cells of the level it reads, 2.2-2.4 on average, and the cells were most of its work; two
+times apart, 1-2. That costs a write about 1.5 times the rollup rows: README.md, "Zooms".)
 
 The rows are kept in the transaction that writes the metric rows (metric_store.log_metrics): when every
 row of a batch was new, the batch's own summaries are merged into the stored ones by one upsert;
@@ -28,8 +30,8 @@ from sqlalchemy import Connection, delete, insert, select
 from backend.store.tables import Metric, MetricRollup
 
 BASE_WIDTH = 16
-FACTOR = 4
-LEVELS = 12
+FACTOR = 2
+LEVELS = 23  # the coarsest, 16 * 2**22 steps: about 67 M
 
 
 def width(level: int) -> int:
@@ -173,6 +175,36 @@ def rebuild(conn: Connection, run_id: int, key: str, lo: int, hi: int, columns: 
         if buckets:
             conn.execute(insert(MetricRollup), [_row(run_id, key, level, b, s, columns) for b, s in buckets.items()])
 
+
+
+def rebuild_levels(conn: Connection, factor: int = FACTOR, levels: int = LEVELS, chunk: int = 20_000) -> None:
+    """Every level above 0 of every series, recomputed from the level below with ``factor`` of its buckets
+    to a bucket (level 0, 16 steps, is the same at any factor; migration 0014 changed it from 4 to 2). Each
+    level is read in bucket order, ``chunk`` rows at a time, so memory does not grow with a series."""
+    r = MetricRollup.__table__.c
+    series = conn.execute(select(r.run_id, r.key).where(r.level == 0).distinct()).all()
+    conn.execute(delete(MetricRollup).where(r.level > 0))
+    for run_id, key in series:
+        for level in range(1, levels):
+            after = None
+            while True:
+                query = select(r.bucket, *(r[c] for c in COLUMNS)).where(
+                    r.run_id == run_id, r.key == key, r.level == level - 1)
+                if after is not None:
+                    query = query.where(r.bucket > after)
+                rows = list(conn.execute(query.order_by(r.bucket).limit(chunk)))
+                whole = len(rows) < chunk
+                if not whole:  # the last parent may go on past this chunk: left to the next (chunk > factor)
+                    last = rows[-1][0] // factor
+                    while rows[-1][0] // factor == last:
+                        rows.pop()
+                if rows:
+                    after = rows[-1][0]
+                    merged = regroup({b: Summary(*rest) for b, *rest in rows}, lambda b: b // factor)
+                    conn.execute(insert(MetricRollup), [_row(run_id, key, level, b, s, COLUMNS)
+                                                        for b, s in merged.items()])
+                if whole:
+                    break
 
 def read(conn: Connection, run_id: int, key: str, level: int, first_bucket: int, last_bucket: int,
          columns: tuple[str, ...] = COLUMNS) -> dict[int, Summary]:

@@ -7,6 +7,7 @@ rows it already held."""
 from __future__ import annotations
 
 import math
+import random
 
 from alembic import command
 from hypothesis import HealthCheck, given, settings
@@ -20,14 +21,15 @@ from backend.store.tables import MetricRollup
 from tests.backend.conftest import OLD_EXPERIMENT, old_store
 
 
-def expected_rollups(rows: dict[str, list[tuple[int, float | str, float]]]) -> set[tuple]:
+def expected_rollups(rows: dict[str, list[tuple[int, float | str, float]]], factor: int = rollups.FACTOR,
+                     levels: int = rollups.LEVELS) -> set[tuple]:
     """Every (key, level, bucket, first row, minimum row, maximum row, non-finite rows) the stored rows
     imply, by brute force (a row: step and timestamp for the first, step, value and timestamp for the
-    extremes; a non-finite value is its kind)."""
+    extremes; a non-finite value is its kind), with levels ``factor`` times apart."""
     out = set()
     for key, points in rows.items():
-        for level in range(rollups.LEVELS):
-            width = rollups.width(level)
+        for level in range(levels):
+            width = rollups.BASE_WIDTH * factor ** level
             for bucket in {step // width for step, _, _ in points}:
                 inside = [p for p in points if p[0] // width == bucket]
                 finite = [(v, step, ts) for step, v, ts in inside if not isinstance(v, str)]
@@ -115,3 +117,56 @@ def test_a_store_migrated_from_0008_counts_the_non_finite_rows_it_held(store_url
     with transaction(make_session_factory(engine)) as s:
         assert stored_rollups(s, 1) == expected_rollups({"loss": points})
     engine.dispose()
+
+
+def _old_store_with(store_url: str, revision: str, points: list[tuple[int, float | str, float]], factor: int,
+                    levels: int):
+    """A store at ``revision`` holding series 'loss' of run 1 and the rollups it had there (levels
+    ``factor`` times apart), as raw SQL of that revision's schema."""
+    def sql(x: object) -> str:
+        return "NULL" if x is None else repr(x)
+
+    values = ", ".join(f"(1, 'loss', {step}, {'NULL' if isinstance(v, str) else v}, "
+                       f"{repr(v) if isinstance(v, str) else 'NULL'}, {ts})" for step, v, ts in points)
+    rows = ", ".join(f"(1, 'loss', {', '.join(map(sql, r[1:]))})"
+                     for r in sorted(expected_rollups({"loss": points}, factor, levels)))
+    return old_store(store_url, revision, OLD_EXPERIMENT,
+                     "INSERT INTO runs (id, name, experiment_id, status, created_at, read_only, source) "
+                     "VALUES (1, 'old', 1, 'FINISHED', 0, false, 'job')",
+                     f"INSERT INTO metrics (run_id, key, step, value, special, timestamp) VALUES {values}",
+                     f"INSERT INTO metric_rollups (run_id, key, level, bucket, {', '.join(rollups.COLUMNS)}) "
+                     f"VALUES {rows}")
+
+
+def test_a_store_migrated_from_0013_gets_levels_two_times_apart_and_back(store_url):
+    """Migration 0014 recomputes every level above 0 two times apart (they were four); its downgrade
+    gives back exactly the rollups the store had."""
+    rng = random.Random(5)
+    points = [(step, round(rng.uniform(-1, 1), 3), 1.0 + step) for step in range(0, 4000, 3)]
+    points += [(70_001, "nan", 9.0), (1_000_003, 0.5, 10.0)]  # far steps: every level has a bucket
+    points[200] = (points[200][0], "inf", points[200][2])
+    engine = _old_store_with(store_url, "0013", points, factor=4, levels=12)
+    upgrade(engine)
+    with transaction(make_session_factory(engine)) as s:
+        assert stored_rollups(s, 1) == expected_rollups({"loss": points}, factor=2, levels=23)
+    config = alembic_config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0013")
+    with transaction(make_session_factory(engine)) as s:
+        assert stored_rollups(s, 1) == expected_rollups({"loss": points}, factor=4, levels=12)
+    engine.dispose()
+
+
+def test_levels_rebuilt_in_chunks_smaller_than_a_series_match_its_rows(module_sessions):
+    """rollups.rebuild_levels reads each level a chunk at a time: a parent bucket cut by a chunk's end
+    is merged whole in the next one."""
+    rng = random.Random(7)
+    with transaction(module_sessions) as s:
+        run_id = run_store.create_run(s, name="rebuilt", experiment="rollups")
+        metric_store.log_metrics(s, run_id, [(key, step, rng.choice([rng.uniform(-5, 5), math.nan]), 1.0)
+                                             for key in ("a", "b") for step in rng.sample(range(30_000), 400)])
+    with transaction(module_sessions) as s:
+        rollups.rebuild_levels(s.connection(), chunk=5)
+    with transaction(module_sessions) as s:
+        assert stored_rollups(s, run_id) == expected_rollups(stored_rows(s, run_id))
