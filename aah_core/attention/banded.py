@@ -34,6 +34,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from aah_core.attention import native
+
 NAME = "banded"
 SUPPORTS_GRAD = True
 
@@ -153,6 +155,10 @@ def _block_keys(t: torch.Tensor, start: int, n: int, c: int, L: int, sinks: int 
 
 # CPU flash attention that also returns each row's log-sum-exp (what F.scaled_dot_product_attention runs on CPU)
 _FLASH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+# native.band_attention takes a head when window * head dim is at most this: it beat ATen's blocks there at
+# T = 1024-4096 (0.33-0.85x at D = 32 up to w = 1024; 0.48-1.0x at D = 64 up to w = 512) and lost above
+# (1.1-1.6x at D = 32, w >= 2048; at D = 64, w >= 1024). bench/band_kernel.py measures it.
+NATIVE_MAX_WORK = 32 * 1024
 BALANCE_MIN_T = 1024  # shorter causal calls keep one call: the split's extra calls and merge cost more there
 _BALANCE_DTYPES = (torch.float32, torch.float64)  # the merge runs in the output dtype
 
@@ -200,8 +206,11 @@ def balanced_causal(
     diag, diag_lse = _FLASH_LSE(halves(q), halves(k), halves(v), 0.0, True, scale=scale)  # (B, 2Hb, h, D), (B, 2Hb, h)
     diag, diag_lse = diag.view(B, Hb, 2, h, D), diag_lse.view(B, Hb, 2, h)
     past, past_lse = _FLASH_LSE(q[:, :, h:], k[:, :, :h], v[:, :, :h], 0.0, False, scale=scale)  # (B, Hb, h, D)
-    lse = torch.logaddexp(diag_lse[:, :, 1], past_lse)  # (B, Hb, h): rows of b over all their keys
     out = q.new_empty(q.shape) if out is None else out
+    if native.merges(out):  # one pass on one thread; the torch ops below are four, each waking the threads
+        native.merge_halves(diag[:, :, 0], diag[:, :, 1], diag_lse[:, :, 1], past, past_lse, out)
+        return out
+    lse = torch.logaddexp(diag_lse[:, :, 1], past_lse)  # (B, Hb, h): rows of b over all their keys
     out[:, :, :h] = diag[:, :, 0]
     torch.mul(diag[:, :, 1], (diag_lse[:, :, 1] - lse).exp_().unsqueeze(-1), out=out[:, :, h:])
     out[:, :, h:].addcmul_(past, (past_lse - lse).exp_().unsqueeze(-1))
@@ -303,4 +312,31 @@ def attend(
     # rows written into one output when no gradient is wanted (2 % faster forward at T=2048, coverage 0.28);
     # under autograd the in-place writes made the backward 6 % slower than a cat
     wants_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    T = q.shape[2]
+    if (not wants_grad and not dropout_p and not sinks and any(w < T and w * q.shape[3] <= NATIVE_MAX_WORK for w in windows)
+            and native.usable(q, k, v)):
+        return _attend_native(q, k, v, windows, scale)
     return run_buckets(q, k, v, windows, bucket, write_into=not wants_grad)
+
+
+def _attend_native(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...], scale: float | None
+) -> torch.Tensor:
+    """attend() without gradient, dropout or sinks, float32 on CPU: the heads with windows shorter than T and
+    window * D up to NATIVE_MAX_WORK in one call of native.band_attention, the others on ATen (a run of heads
+    with the same window at a time), all written into one output laid out (B, T, H, D)."""
+    B, H, T, D = q.shape
+    out = q.new_empty(B, T, H, D).transpose(1, 2)
+    kernel_windows = tuple(w if w * D <= NATIVE_MAX_WORK else T for w in windows)  # a window >= T: not the kernel's
+    native.band_attention(q, k, v, kernel_windows, scale, out)
+    first = 0
+    while first < H:
+        end = first + 1
+        if kernel_windows[first] >= T:
+            while end < H and kernel_windows[end] >= T and min(windows[end], T) == min(windows[first], T):
+                end += 1
+            heads = slice(first, end)
+            windowed_bucket(q[:, heads], k[:, heads], v[:, heads], windows[first], 0.0, scale, 0,
+                            out.narrow(1, first, end - first))
+        first = end
+    return out

@@ -1,0 +1,135 @@
+"""The windowed heads of a CPU forward in one C call (band_kernel.c), built on first use with the machine's compiler.
+
+ATen's CPU flash kernel, which the banded backend runs a window's blocks through, costs about twice as much
+per score on blocks of 32 queries and c + w - 1 keys as on long rows (issue 26: at T = 4096, D = 32 a window of
+64 cost 0.8 ms a head, a quarter of a full head's 6.5 ms for 1/32 of its scores). band_kernel.c computes a
+window's band directly: every head of a layer whose window is shorter than the sequence in one call, no block
+views, no copies, its threads dealt equal work. It is forward only and float32 only; banded.attend uses it for
+calls that want no gradient, have no dropout and no sink tokens, and keeps ATen for everything else (full
+heads included: ATen's kernel is the faster one on long rows).
+
+The source is compiled once per process (about 0.3 s) into a private temporary folder with the host's
+instruction set (-march=native), loaded with ctypes and the file removed; nothing is cached on disk, so a
+shared home folder never hands one machine another machine's build. Without a C compiler, on a CPU without
+AVX2, or with AAH_NATIVE_ATTENTION=0 in the environment, `available()` says why and banded keeps ATen.
+ctypes lets go of the interpreter lock for the call, so a service's other threads run meanwhile.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("band_kernel.c")
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-pthread")
+_lock = threading.Lock()
+_built: tuple[ctypes.CDLL | None, str] | None = None  # (library, "") or (None, why not)
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC", ""), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def _build() -> tuple[ctypes.CDLL | None, str]:
+    if os.environ.get("AAH_NATIVE_ATTENTION", "1") == "0":
+        return None, "turned off (AAH_NATIVE_ATTENTION=0)"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in ("AVX2", "AVX512"):
+        return None, f"measured only on x86 CPUs with AVX2; this CPU has {capability}"
+    cc = _compiler()
+    if cc is None:
+        return None, "no C compiler (cc, gcc or clang; or $CC) on PATH"
+    with tempfile.TemporaryDirectory(prefix="aah-kernel-") as folder:
+        target = Path(folder) / "band_kernel.so"
+        try:
+            done = subprocess.run([cc, *FLAGS, "-o", str(target), str(SOURCE), "-lm"], capture_output=True,
+                                  text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return None, f"{cc} could not build {SOURCE.name}: {exc}"
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or [""])[0][:300]
+            return None, f"{cc} could not build {SOURCE.name}: {first}"
+        try:
+            lib = ctypes.CDLL(str(target))  # mapped: the file can go with its folder
+        except OSError as exc:  # e.g. a temporary folder mounted noexec
+            return None, f"could not load the built {target.name}: {exc}"
+    fn = lib.aah_band_attention
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.POINTER(ctypes.c_int64)] + [ctypes.c_int64] * 4 + [
+        ctypes.POINTER(ctypes.c_int64), ctypes.c_float, ctypes.c_int]
+    merge = lib.aah_merge_halves
+    merge.restype = None
+    merge.argtypes = [ctypes.c_void_p] * 6 + [ctypes.POINTER(ctypes.c_int64)] + [ctypes.c_int64] * 4
+    return lib, ""
+
+
+def _library() -> tuple[ctypes.CDLL | None, str]:
+    global _built
+    with _lock:
+        if _built is None:
+            _built = _build()
+            if _built[0] is None:
+                logger.info("windowed attention runs on ATen's kernels only: %s", _built[1])
+        return _built
+
+
+def available() -> tuple[bool, str]:
+    """Whether the kernel can run here, and why not (builds it on the first call)."""
+    lib, reason = _library()
+    return lib is not None, reason
+
+
+def usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether these q, k, v [B, H, T, D] can go to the kernel: CPU float32, rows contiguous, and a build here."""
+    return (q.device.type == "cpu" and q.dtype == torch.float32 and all(t.stride(-1) == 1 for t in (q, k, v))
+            and q.shape[2] < 2**30 and _library()[0] is not None)
+
+
+def band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...],
+                   scale: float | None, out: torch.Tensor) -> None:
+    """Write into out [B, H, T, D] (rows contiguous) the windowed attention of every head whose window is
+    shorter than T; rows of the other heads are left as they are. q, k, v: [B, H, T, D], float32, CPU."""
+    lib = _library()[0]
+    assert lib is not None, "call usable() first"
+    B, H, T, D = q.shape
+    strides = (ctypes.c_int64 * 12)(*(s for t in (q, k, v, out) for s in t.stride()[:3]))
+    heads = (ctypes.c_int64 * H)(*windows)
+    rc = lib.aah_band_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), strides, B, H, T, D, heads,
+                                D**-0.5 if scale is None else scale, torch.get_num_threads())
+    if rc != 0:
+        raise RuntimeError(f"band_kernel.c returned {rc} for q {tuple(q.shape)} and windows {windows}")
+
+
+def merges(out: torch.Tensor) -> bool:
+    """Whether merge_halves can write `out` (CPU float32, rows contiguous) here."""
+    return out.device.type == "cpu" and out.dtype == torch.float32 and out.stride(-1) == 1 and _library()[0] is not None
+
+
+def merge_halves(first: torch.Tensor, near: torch.Tensor, near_lse: torch.Tensor, far: torch.Tensor,
+                 far_lse: torch.Tensor, out: torch.Tensor) -> None:
+    """Causal attention split in halves, put together (banded.balanced_causal): out [B, H, 2h, D] gets rows
+    `first` [B, H, h, D], then the rows whose keys were split in two, `near` and `far` [B, H, h, D] weighted by
+    their log-sum-exps near_lse, far_lse [B, H, h]. float32 on CPU, every matrix's rows contiguous."""
+    lib = _library()[0]
+    assert lib is not None, "call merges() first"
+    B, H, h, D = first.shape
+    matrices = (first, near, far, out)
+    if any(t.dtype != torch.float32 for t in (*matrices, near_lse, far_lse)) or any(t.stride(-1) != 1 for t in matrices):
+        raise ValueError("merge_halves takes float32 tensors, the matrices' rows contiguous")
+    parts = (first, near, near_lse, far, far_lse, out)
+    strides = (ctypes.c_int64 * 18)(*(s for t in parts for s in t.stride()[:3]))
+    lib.aah_merge_halves(first.data_ptr(), near.data_ptr(), near_lse.data_ptr(), far.data_ptr(), far_lse.data_ptr(),
+                         out.data_ptr(), strides, B, H, h, D)

@@ -1,0 +1,185 @@
+"""The C kernel for windowed heads (aah_core/attention/native.py, band_kernel.c) against the float64 reference.
+
+banded.attend sends a call there when it wants no gradient, has no dropout and no sinks and is float32 on CPU;
+these tests check the kernel's rows on their own (every edge of a tile and of a window, strided inputs, head
+sizes that are not a multiple of 16, one and two threads, concurrent callers), that banded routes exactly those
+calls to it, and that a machine without the kernel says why and keeps ATen.
+"""
+
+import threading
+
+import pytest
+import torch
+
+from aah_core.attention import banded, native, reference, windowed_attention
+
+pytestmark = pytest.mark.skipif(not native.available()[0], reason=f"no native kernel here: {native.available()[1]}")
+
+
+def _strided_qkv(B, H, T, D, seed=0):
+    """q, k, v as views of one fused [B, T, 3H, D] projection, the layout the model hands attention."""
+    g = torch.Generator().manual_seed(seed)
+    fused = torch.randn(B, T, 3 * H, D, generator=g).transpose(1, 2)  # (B, 3H, T, D): rows H*3*D apart
+    return fused[:, :H], fused[:, H : 2 * H], fused[:, 2 * H :]
+
+
+# (B, H, T, D, windows): tiles are 16 queries, so T around multiples of 16; D not a multiple of 16 too
+CASES = {
+    "T1": (2, 2, 1, 16, [1, 3]),
+    "T15-D8": (1, 3, 15, 8, [1, 2, 14]),
+    "T16-D24": (2, 2, 16, 24, [5, 15]),
+    "T17-D40": (1, 2, 17, 40, [16, 17]),
+    "T37-mixed": (3, 4, 37, 32, [1, 37, 9, 100]),
+    "T200-D32": (1, 4, 200, 32, [16, 17, 64, 199]),
+    "T301-D64": (2, 3, 301, 64, [1, 100, 300]),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_kernel_rows_match_the_float64_reference(case, threads):
+    B, H, T, D, windows = CASES[case]
+    q, k, v = _strided_qkv(B, H, T, D)
+    out = torch.full((B, T, H, D), 7.0).transpose(1, 2)  # (B, H, T, D) laid out like the model's
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        native.band_attention(q, k, v, tuple(windows), None, out)
+    finally:
+        torch.set_num_threads(before)
+    want = reference.attend(q.double(), k.double(), v.double(), tuple(windows), 0.0, None)
+    for h, w in enumerate(windows):
+        if w < T:
+            torch.testing.assert_close(out[:, h].double(), want[:, h], rtol=1e-5, atol=1e-5)
+        else:  # full heads are the caller's: left as they were
+            assert bool((out[:, h] == 7.0).all())
+
+
+def test_kernel_takes_a_scale():
+    q, k, v = _strided_qkv(1, 2, 50, 16)
+    out = torch.empty(1, 2, 50, 16)
+    native.band_attention(q, k, v, (3, 20), 0.3, out)
+    want = reference.attend(q.double(), k.double(), v.double(), (3, 20), 0.0, 0.3)
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_large_scores_neither_overflow_nor_vanish():
+    """Scores in the hundreds: the kernel subtracts each row's maximum before exponentiating."""
+    q, k, v = (t * 30 for t in _strided_qkv(1, 2, 64, 16))
+    out = torch.empty(1, 2, 64, 16)
+    native.band_attention(q, k, v, (1, 10), None, out)
+    want = reference.attend(q.double(), k.double(), v.double(), (1, 10), 0.0, None)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_concurrent_callers_get_their_own_rows():
+    """The kernel's buffers are shared between calls through a locked pool: callers on several threads at once
+    (a service's evaluations) each get exactly their answer."""
+    shapes = [(1, 2, 300, 32, (7, 64)), (2, 3, 129, 16, (1, 33, 128)), (1, 1, 500, 64, (250,))] * 3
+    results: dict[int, torch.Tensor] = {}
+
+    def run(i, B, H, T, D, windows):
+        q, k, v = _strided_qkv(B, H, T, D, seed=i)
+        out = torch.empty(B, H, T, D)
+        for _ in range(5):
+            native.band_attention(q, k, v, windows, None, out)
+        results[i] = out
+
+    threads = [threading.Thread(target=run, args=(i, *shape)) for i, shape in enumerate(shapes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, (B, H, T, D, windows) in enumerate(shapes):
+        q, k, v = _strided_qkv(B, H, T, D, seed=i)
+        want = reference.attend(q.double(), k.double(), v.double(), windows, 0.0, None)
+        torch.testing.assert_close(results[i].double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    calls = []
+    real = native.band_attention
+
+    def counted(q, k, v, windows, scale, out):
+        calls.append(windows)
+        return real(q, k, v, windows, scale, out)
+
+    monkeypatch.setattr(native, "band_attention", counted)
+    return calls
+
+
+def test_banded_sends_short_windows_to_the_kernel_and_the_rest_to_aten(kernel_calls):
+    D = 32
+    calls = {  # T -> windows: full heads (>= T), kernel heads, and at T = 1200 a window too wide for the kernel
+        300: [300, 16, 2000, 16, 40],
+        1200: [1100, 64],  # 1100 * 32 > NATIVE_MAX_WORK: ATen's blocks
+    }
+    for T, windows in calls.items():
+        q, k, v = _strided_qkv(2, len(windows), T, D)
+        with torch.no_grad():
+            out = windowed_attention(q, k, v, windows, backend="banded")
+        want = reference.attend(q.double(), k.double(), v.double(), tuple(windows), 0.0, None)
+        torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+    assert kernel_calls == [(300, 16, 300, 16, 40), (1200, 64)]  # a head the kernel leaves is passed as T
+
+
+@pytest.mark.parametrize("why", ["grad", "sinks", "dropout", "float64", "full only"])
+def test_banded_keeps_aten_for_what_the_kernel_does_not_do(kernel_calls, why):
+    q, k, v = _strided_qkv(1, 2, 64, 16)
+    windows, kwargs = [8, 64], {}
+    if why == "grad":
+        q = q.clone().requires_grad_(True)
+    elif why == "sinks":
+        kwargs["sinks"] = 2
+    elif why == "dropout":
+        kwargs["dropout_p"] = 0.1
+    elif why == "float64":
+        q, k, v = q.double(), k.double(), v.double()
+    else:
+        windows = [64, 100]
+    windowed_attention(q, k, v, windows, backend="banded", **kwargs)
+    assert kernel_calls == []
+
+
+def test_the_kernel_turned_off_or_unbuildable_says_why(monkeypatch, tmp_path):
+    monkeypatch.setenv("AAH_NATIVE_ATTENTION", "0")
+    assert native._build() == (None, "turned off (AAH_NATIVE_ATTENTION=0)")
+    monkeypatch.delenv("AAH_NATIVE_ATTENTION")
+    broken = tmp_path / "band_kernel.c"
+    broken.write_text("this is not C\n")
+    monkeypatch.setattr(native, "SOURCE", broken)
+    lib, reason = native._build()
+    assert lib is None and "could not build band_kernel.c: " in reason
+    monkeypatch.setattr(native.shutil, "which", lambda name: None)
+    assert native._build() == (None, "no C compiler (cc, gcc or clang; or $CC) on PATH")
+
+
+def test_without_the_kernel_banded_runs_aten(monkeypatch, kernel_calls):
+    monkeypatch.setattr(native, "_built", (None, "no C compiler (cc, gcc or clang; or $CC) on PATH"))
+    assert native.available() == (False, "no C compiler (cc, gcc or clang; or $CC) on PATH")
+    q, k, v = _strided_qkv(1, 2, 64, 16)
+    with torch.no_grad():
+        out = windowed_attention(q, k, v, [8, 64], backend="banded")
+    assert kernel_calls == []
+    want = reference.attend(q.double(), k.double(), v.double(), (8, 64), 0.0, None)
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("B, H, T", [(1, 1, 64), (1, 3, 38), (2, 1, 2), (3, 2, 130)])
+def test_balanced_causal_halves_merge_in_c(monkeypatch, B, H, T):
+    """banded.balanced_causal's float32 merge of its two halves (native.merge_halves) against the reference,
+    into a fresh output and into a strided one laid out (B, T, H, D) like the model's."""
+    merged = []
+    real = native.merge_halves
+    monkeypatch.setattr(native, "merge_halves", lambda *a: merged.append(1) or real(*a))
+    q, k, v = _strided_qkv(B, H, T, 16)
+    want = reference.attend(q.double(), k.double(), v.double(), (T,) * H, 0.0, 0.3)
+    with torch.inference_mode():
+        fresh = banded.balanced_causal(q, k, v, 0.3)
+        out = torch.full((B, T, H, 16), float("nan")).transpose(1, 2)
+        assert banded.balanced_causal(q, k, v, 0.3, out) is out
+    assert merged == [1, 1]
+    for got in (fresh, out):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
