@@ -29,6 +29,7 @@
 
 typedef float vf __attribute__((vector_size(64)));
 typedef int32_t vi __attribute__((vector_size(64)));
+typedef float vfu __attribute__((vector_size(64), aligned(4))); /* an unaligned load or store of 16 floats */
 #define VL 16
 #define MAX_THREADS 256
 
@@ -121,57 +122,55 @@ static void run_tile(const job_t *J, int64_t b, int64_t h, int64_t i0) {
         S[j] = a;
     }
 
-    /* lane r (query i0 + r) sees key lo + j when i0 + r - w < lo + j <= i0 + r, i.e. rel <= r < rel + w */
+    /* lane r (query i0 + r) sees key lo + j when i0 + r - w < lo + j <= i0 + r, i.e. rel <= r < rel + w: only
+       the keys at the window's two edges are hidden from some lanes */
     vi lane;
     for (int r = 0; r < VL; r++) lane[r] = r;
     const vf minus_inf = (vf){0} - INFINITY;
     vf m = minus_inf;
     for (j = 0; j < nk; j++) {
         const int64_t rel = lo + j - i0; /* in [-(w - 1), VL - 1] */
-        const int32_t from = (int32_t)(rel > -VL ? rel : -VL), to = (int32_t)(rel + w < VL ? rel + w : VL);
-        vi seen = (lane >= from) & (lane < to) & (lane < (int32_t)rows);
-        vf s = (vf)(((vi)S[j] & seen) | ((vi)minus_inf & ~seen));
-        S[j] = s;
-        m = max_lanes(m, s);
+        if (rel > 0 || rel + w < rows) {
+            const int32_t from = (int32_t)(rel > -VL ? rel : -VL), to = (int32_t)(rel + w < VL ? rel + w : VL);
+            vi seen = (lane >= from) & (lane < to) & (lane < (int32_t)rows);
+            S[j] = (vf)(((vi)S[j] & seen) | ((vi)minus_inf & ~seen));
+        }
+        m = max_lanes(m, S[j]);
     }
-    vf sum = {0};
-    for (j = 0; j < nk; j++) {
-        vf e = exp_lanes(S[j] - m); /* padding lanes (rows < VL): -inf - -inf is NaN, which gives 0 */
-        S[j] = e;
-        sum += e;
-    }
-    const vf inv = 1.0f / sum; /* every query sees its own key: sum >= 1 in the lanes written */
 
+    /* output elements 16 at a time: 16 accumulators, each key's probabilities (a vector over queries) times
+       its value's elements; the first pass turns the scores into probabilities (padding lanes, rows < VL:
+       -inf - -inf is NaN, which exp_lanes makes 0) */
     float *of = (float *)qt; /* q is spent: of[t * VL + r] = output element d0 + t of query i0 + r */
+    vf sum = {0};
     for (int64_t d0 = 0; d0 < D; d0 += VL) {
-        const int64_t nd = D - d0 < VL ? D - d0 : VL;
         vf acc[VL];
         for (int t = 0; t < VL; t++) acc[t] = (vf){0};
-        if (nd == VL) {
-            for (j = 0; j < nk; j++) {
-                const float *vj = v + (lo + j) * vs + d0;
-                const vf p = S[j];
-                for (int t = 0; t < VL; t++) acc[t] += p * vj[t];
+        for (j = 0; j < nk; j++) {
+            const float *vj = v + (lo + j) * vs + d0;
+            vf p = S[j];
+            if (d0 == 0) {
+                p = exp_lanes(p - m);
+                S[j] = p;
+                sum += p;
             }
-        } else {
-            for (j = 0; j < nk; j++) {
-                const float *vj = v + (lo + j) * vs + d0;
-                const vf p = S[j];
-                for (int64_t t = 0; t < nd; t++) acc[t] += p * vj[t];
-            }
+            for (int t = 0; t < VL; t++) acc[t] += p * vj[t];
         }
-        for (int64_t t = 0; t < nd; t++) ((vf *)of)[t] = acc[t] * inv;
+        const vf inv = 1.0f / sum; /* every query sees its own key: sum >= 1 in the lanes written */
+        for (int t = 0; t < VL; t++) ((vf *)of)[t] = acc[t] * inv;
         for (int64_t r = 0; r < rows; r++) {
             float *out = o + (i0 + r) * os + d0;
-            for (int64_t t = 0; t < nd; t++) out[t] = of[t * VL + r];
+            for (int t = 0; t < VL; t++) out[t] = of[t * VL + r];
         }
     }
 }
 
-/* Rows first .. last-1 of a [rows, D] matrix with row stride `stride`, packed densely into `to`. */
+/* Rows first .. last-1 of a [rows, D] matrix with row stride `stride`, packed densely into `to`; returns the
+   packed matrix indexed by the original row numbers. */
 static const float *pack(const float *from, int64_t stride, int64_t first, int64_t last, int64_t D, float *to) {
-    for (int64_t i = first; i < last; i++) memcpy(to + (i - first) * D, from + i * stride, (size_t)D * sizeof(float));
-    return to - first * D; /* indexed by the original row numbers */
+    for (int64_t i = first; i < last; i++)
+        for (int64_t d = 0; d < D; d += VL) *(vfu *)(to + (i - first) * D + d) = *(const vfu *)(from + i * stride + d);
+    return to - first * D;
 }
 
 static void *work(void *arg) {
@@ -231,11 +230,11 @@ static void give(void *p, size_t bytes) {
 }
 
 /* q, k, v, o: [B, H, T, D] with these strides (12 int64: q's sequence, head and row strides, then k's, v's,
-   o's), each row's D elements contiguous. windows: H ints >= 1; a head whose window is >= T is skipped (the
-   caller computes full heads). Returns 0, or -1 for bad arguments, -2 when memory ran out. */
+   o's), each row's D elements contiguous; D a multiple of 16. windows: H ints >= 1; a head whose window is >= T
+   is skipped (the caller computes full heads). Returns 0, or -1 for bad arguments, -2 when memory ran out. */
 int aah_band_attention(const float *q, const float *k, const float *v, float *o, const int64_t *strides, int64_t B,
                        int64_t H, int64_t T, int64_t D, const int64_t *windows, float scale, int threads) {
-    if (B < 0 || H < 0 || T < 0 || D < 1 || T >= (1LL << 30)) return -1;
+    if (B < 0 || H < 0 || T < 0 || D < VL || D % VL || T >= (1LL << 30)) return -1;
     const int64_t tiles = (T + VL - 1) / VL;
     int64_t count = 0, widest = 0;
     for (int64_t h = 0; h < H; h++) {

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from aah_core.attention import native
+import aah_core.attention.native as native
 
 NAME = "banded"
 SUPPORTS_GRAD = True

@@ -93,15 +93,17 @@ def available() -> tuple[bool, str]:
 
 
 def usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-    """Whether these q, k, v [B, H, T, D] can go to the kernel: CPU float32, rows contiguous, and a build here."""
+    """Whether these q, k, v [B, H, T, D] can go to the kernel: CPU float32, rows contiguous, D a multiple of 16
+    (a vector's floats), and a build here."""
     return (q.device.type == "cpu" and q.dtype == torch.float32 and all(t.stride(-1) == 1 for t in (q, k, v))
-            and q.shape[2] < 2**30 and _library()[0] is not None)
+            and q.shape[3] % 16 == 0 and q.shape[2] < 2**30 and _library()[0] is not None)
 
 
 def band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...],
                    scale: float | None, out: torch.Tensor) -> None:
     """Write into out [B, H, T, D] (rows contiguous) the windowed attention of every head whose window is
-    shorter than T; rows of the other heads are left as they are. q, k, v: [B, H, T, D], float32, CPU."""
+    shorter than T; rows of the other heads are left as they are. q, k, v: [B, H, T, D], float32, CPU, D a
+    multiple of 16 (usable())."""
     lib = _library()[0]
     assert lib is not None, "call usable() first"
     B, H, T, D = q.shape

@@ -23,12 +23,12 @@ def _strided_qkv(B, H, T, D, seed=0):
     return fused[:, :H], fused[:, H : 2 * H], fused[:, 2 * H :]
 
 
-# (B, H, T, D, windows): tiles are 16 queries, so T around multiples of 16; D not a multiple of 16 too
+# (B, H, T, D, windows): tiles are 16 queries, so T around multiples of 16
 CASES = {
     "T1": (2, 2, 1, 16, [1, 3]),
-    "T15-D8": (1, 3, 15, 8, [1, 2, 14]),
-    "T16-D24": (2, 2, 16, 24, [5, 15]),
-    "T17-D40": (1, 2, 17, 40, [16, 17]),
+    "T15": (1, 3, 15, 16, [1, 2, 14]),
+    "T16-D48": (2, 2, 16, 48, [5, 15]),
+    "T17-D32": (1, 2, 17, 32, [16, 17]),
     "T37-mixed": (3, 4, 37, 32, [1, 37, 9, 100]),
     "T200-D32": (1, 4, 200, 32, [16, 17, 64, 199]),
     "T301-D64": (2, 3, 301, 64, [1, 100, 300]),
@@ -125,7 +125,7 @@ def test_banded_sends_short_windows_to_the_kernel_and_the_rest_to_aten(kernel_ca
     assert kernel_calls == [(300, 16, 300, 16, 40), (1200, 64)]  # a head the kernel leaves is passed as T
 
 
-@pytest.mark.parametrize("why", ["grad", "sinks", "dropout", "float64", "full only"])
+@pytest.mark.parametrize("why", ["grad", "sinks", "dropout", "float64", "full only", "D not a multiple of 16"])
 def test_banded_keeps_aten_for_what_the_kernel_does_not_do(kernel_calls, why):
     q, k, v = _strided_qkv(1, 2, 64, 16)
     windows, kwargs = [8, 64], {}
@@ -137,6 +137,8 @@ def test_banded_keeps_aten_for_what_the_kernel_does_not_do(kernel_calls, why):
         kwargs["dropout_p"] = 0.1
     elif why == "float64":
         q, k, v = q.double(), k.double(), v.double()
+    elif why == "D not a multiple of 16":
+        q, k, v = _strided_qkv(1, 2, 64, 24)
     else:
         windows = [64, 100]
     windowed_attention(q, k, v, windows, backend="banded", **kwargs)
