@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aah_core.errors import AAHError
+from aah_core.process import set_up as set_up_process
 
 if TYPE_CHECKING:
     import torch
@@ -292,9 +292,8 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, extra: Sequence[AddCommand] = ()) -> int:
-    # Threads sleep at OpenMP barriers instead of spinning: on a shared CPU, spinning made
-    # training 5-20x slower (bench/__init__.py). Must be set before torch loads; the env wins.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # OpenMP threads sleep at barriers, freed memory is kept for reuse (aah_core/process.py); before torch loads
+    set_up_process()
     parser = build_parser(extra)
     args = parser.parse_args(argv)
     try:

@@ -16,6 +16,7 @@ from fastapi.telemetry import TelemetryConfig
 from sqlalchemy.exc import DBAPIError
 
 from aah_core.paths import library_caches
+from aah_core.process import keep_freed_memory
 from backend import __version__
 from backend.api import preflight
 from backend.api.deps import require_plain_params, require_token
@@ -75,6 +76,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     preflight.check(settings)
     os.environ.update(library_caches(settings.data_dir))  # this process and its workers write nothing outside it
+    keep_freed_memory()  # evaluations reuse memory instead of faulting it in again (aah_core/process.py)
     with first_start_lock(settings.data_dir):  # a second server started at once waits, then finds it all done
         try:
             engine = make_engine(settings.db_url, connect_timeout_s=settings.db_connect_timeout_s,

@@ -6,6 +6,6 @@ far more than one big kernel. PASSIVE threads sleep at barriers instead. It must
 torch loads libgomp, so it lives in the package init; an explicit OMP_WAIT_POLICY wins.
 """
 
-import os
+from aah_core.process import set_up
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+set_up()  # and freed memory kept for reuse, as the engine's programs do (aah_core/process.py)
