@@ -39,6 +39,7 @@ position each.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -98,6 +99,7 @@ class _Layout:
         self.slots = int(self.capacities.sum())
         self.head = torch.repeat_interleave(order, ordered)  # (S,)
         self.ring = torch.arange(self.slots) - self.offsets[self.head]  # (S,) index inside the head's ring
+        self._held: dict[tuple[int, int], torch.Tensor] = {}  # held_after's answers
         n, g = q_windows.shape
         # query head h (kv head h // g) sees slot s holding position p at step pos iff pos - p < reach[h, s]
         owner = (torch.arange(n * g) // g).unsqueeze(1) == self.head.unsqueeze(0)  # (H, S)
@@ -108,6 +110,27 @@ class _Layout:
         for name in ("kv_windows", "q_windows", "capacities", "offsets", "head", "ring", "reach", "owner"):
             setattr(self, name, getattr(self, name).to(device))
         return self
+
+    def held_after(self, T: int, sinks: int) -> torch.Tensor:
+        """(S,) the position each slot holds after a prompt of T positions (capacity T: exactly those kept):
+        slot r < s of a ring holds sink r; slot r >= s position T-1 - ((T-1 - r) mod W), the last positions."""
+        held = self._held.get((T, sinks))
+        if held is None:
+            with torch.inference_mode(False):  # kept with the layout: never an inference tensor
+                held = (T - 1) - ((T - 1) - self.ring) % self.kv_windows[self.head]
+                held = self._held[(T, sinks)] = torch.where(self.ring < sinks, self.ring, held)
+        return held
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(kv_windows: tuple[int, ...], q_windows: tuple[tuple[int, ...], ...], capacity: int, spans: tuple[int, ...],
+            order: tuple[int, ...], device: torch.device) -> _Layout:
+    """The layout of rings of these windows at this capacity, made once per process (a prefill's layout is the
+    same every time: making it was 0.7-1.2 ms of small operations a layer, on one thread, issue 26). Its
+    tensors are only ever read."""
+    with torch.inference_mode(False):  # shared across calls: never an inference tensor
+        return _Layout(torch.tensor(kv_windows), torch.tensor(q_windows), capacity, torch.tensor(spans),
+                       torch.tensor(order)).to(device)
 
 
 @dataclass
@@ -204,7 +227,8 @@ class LayerKVCache:
     def _relayout(self, capacity: int, device: torch.device) -> _Layout:
         self.capacity = capacity
         self._bias, self._settled = None, False
-        self.layout = _Layout(self._kv_windows, self._q_windows, capacity, self._spans, self._order).to(device)
+        self.layout = _layout(tuple(self.kv_windows), tuple(map(tuple, self._q_windows.tolist())), capacity,
+                              tuple(self._spans.tolist()), tuple(self._order.tolist()), device)
         first = 0
         for b in self.buckets:
             b.first, b.capacity = first, min(b.window + self.sinks, self.max_len, capacity)
@@ -216,13 +240,11 @@ class LayerKVCache:
         if self.decode == "auto":
             self.decode = choose_decode(self._spans.tolist(), self.group, B, D)
         lay = self._relayout(T, k.device)  # capacity min(W, T): exactly the positions kept
-        # slot r < s of a ring holds sink r; slot r >= s position T-1 - ((T-1 - r) mod W): the last positions
-        held = (T - 1) - ((T - 1) - lay.ring) % lay.kv_windows[lay.head]  # (S,)
-        held = torch.where(lay.ring < self.sinks, lay.ring, held)
+        held = lay.held_after(T, self.sinks)  # (S,)
         self.k = k[:, lay.head, held]  # (B, S, D)
         self.v = v[:, lay.head, held]
         self._tracks_held = self.decode == "flat" or bool(self.sinks) or any(b.masked for b in self.buckets)
-        self.held = held if self._tracks_held else None
+        self.held = held.clone() if self._tracks_held else None  # (steps write into it)
         self._views(k.device)
         if self.group > 1:  # each query head reads its kv head
             k = k.repeat_interleave(self.group, dim=1)  # (B, H, T, D)
