@@ -1,12 +1,12 @@
-"""One windowed head on the C kernel against ATen's blocks (`python -m bench.band_kernel [--T ...] [--D ...]`).
+"""One head on the C kernel against ATen (`python -m bench.band_kernel [--T ...] [--D ...]`).
 
-For each T, head size D and window w < T: the forward of one head (batch 1, no gradient) as the banded
-backend runs it on ATen's CPU flash kernel (banded.windowed_bucket: a causal call for the first w rows, one
-call over blocks of 32 queries and their c + w - 1 keys, the rows copied into place) and as
-native.band_attention runs it, timed interleaved, q, k and v laid out as the model hands them (views of one
-fused [T, 3H, D] projection). `native_ratio` is the median of the native times over the median of the ATen
-times; banded.NATIVE_MAX_WORK (window * D) is set where it stops being below 1. Results:
-bench/results/band-kernel[-NAME]-<machine>.json.
+For each T, head size D and window w <= T: the forward of one head (batch 1, no gradient) as the banded backend
+runs it on ATen's CPU flash kernel (banded.windowed_bucket: for w < T a causal call for the first w rows, one call
+over blocks of 32 queries and their c + w - 1 keys, the rows copied into place; for w = T causal attention, split
+in two calls of equal work) and as native.band_attention runs it, timed interleaved, q, k and v laid out as the
+model hands them (views of one fused [T, 3H, D] projection). `native_ratio` is the median of the native times over
+the median of the ATen times; banded.NATIVE_MAX_WORK (min(window, T) * D) is set where it stops being below 1.
+Results: bench/results/band-kernel[-NAME]-<machine>.json.
 """
 
 from __future__ import annotations
@@ -44,14 +44,15 @@ def compare(T: int, D: int, w: int, repeats: int) -> dict:
         for name, fn in runs.items():
             times[name].append(_ms(fn))
     ms = {name: statistics.median(t) for name, t in times.items()}
-    return {"T": T, "D": D, "window": w, "window_x_D": w * D, "ms": ms, "native_ratio": ms["native"] / ms["aten"]}
+    return {"T": T, "D": D, "window": w, "window_x_D": min(w, T) * D, "ms": ms, "native_ratio": ms["native"] / ms["aten"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--T", type=int, nargs="+", default=[1024, 2048, 4096])
     parser.add_argument("--D", type=int, nargs="+", default=[32, 64])
-    parser.add_argument("--windows", type=int, nargs="+", default=[16, 64, 128, 256, 512, 1024, 2048])
+    parser.add_argument("--windows", type=int, nargs="+", default=[16, 64, 128, 256, 512, 1024, 2048, 4096],
+                        help="windows (those <= T are run; w = T: causal attention)")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--name", help="result file: bench/results/band-kernel-NAME-<machine>.json")
     args = parser.parse_args()
@@ -62,7 +63,7 @@ def main() -> None:
     rows = []
     for D in args.D:
         for T in args.T:
-            for w in (w for w in args.windows if w < T):
+            for w in (w for w in args.windows if w <= T):
                 row = compare(T, D, w, args.repeats)
                 rows.append(row)
                 print(f"T={T} D={D} w={w}: ATen blocks {row['ms']['aten']:.3f} ms, native {row['ms']['native']:.3f} ms "

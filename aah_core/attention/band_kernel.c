@@ -230,18 +230,18 @@ static void give(void *p, size_t bytes) {
 }
 
 /* q, k, v, o: [B, H, T, D] with these strides (12 int64: q's sequence, head and row strides, then k's, v's,
-   o's), each row's D elements contiguous; D a multiple of 16. windows: H ints >= 1; a head whose window is >= T
-   is skipped (the caller computes full heads). Returns 0, or -1 for bad arguments, -2 when memory ran out. */
+   o's), each row's D elements contiguous; D a multiple of 16. windows: H ints, a window >= T being causal
+   attention; a head with window 0 is skipped (the caller computes it). Returns 0, or -1 for bad arguments, -2 when memory ran out. */
 int aah_band_attention(const float *q, const float *k, const float *v, float *o, const int64_t *strides, int64_t B,
                        int64_t H, int64_t T, int64_t D, const int64_t *windows, float scale, int threads) {
     if (B < 0 || H < 0 || T < 0 || D < VL || D % VL || T >= (1LL << 30)) return -1;
     const int64_t tiles = (T + VL - 1) / VL;
     int64_t count = 0, widest = 0;
     for (int64_t h = 0; h < H; h++) {
-        if (windows[h] < 1) return -1;
-        if (windows[h] < T) {
+        if (windows[h] < 0) return -1;
+        if (windows[h] > 0) {
             count += B * tiles;
-            if (windows[h] > widest) widest = windows[h];
+            if (windows[h] > widest) widest = windows[h] < T ? windows[h] : T;
         }
     }
     if (count == 0) return 0;
@@ -254,7 +254,7 @@ int aah_band_attention(const float *q, const float *k, const float *v, float *o,
     cost[0] = 0;
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
-            if (windows[h] >= T) continue;
+            if (windows[h] == 0) continue;
             for (int64_t t = 0; t < tiles; t++, n++) {
                 const int64_t i0 = t * VL, lo = i0 - windows[h] + 1 > 0 ? i0 - windows[h] + 1 : 0;
                 const int64_t rows = T - i0 < VL ? T - i0 : VL;

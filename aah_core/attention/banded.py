@@ -155,10 +155,12 @@ def _block_keys(t: torch.Tensor, start: int, n: int, c: int, L: int, sinks: int 
 
 # CPU flash attention that also returns each row's log-sum-exp (what F.scaled_dot_product_attention runs on CPU)
 _FLASH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-# native.band_attention takes a head when window * head dim is at most this: it beat ATen's blocks there at
-# T = 1024-4096 (0.33-0.85x at D = 32 up to w = 1024; 0.48-1.0x at D = 64 up to w = 512) and lost above
-# (1.1-1.6x at D = 32, w >= 2048; at D = 64, w >= 1024). bench/band_kernel.py measures it.
-NATIVE_MAX_WORK = 32 * 1024
+# native.band_attention takes a head when min(window, T) * head dim is at most this (full heads included). One
+# head at T = 1024-4096, D = 32-128 (bench/band_kernel.py, bench/results/band-kernel-s46-*.json): it took
+# 0.21-0.73x the time of ATen's blocks for every window up to this, and 0.56-0.87x of ATen's causal attention
+# for full heads up to it (T * D = 131072: D = 32 at T = 4096, D = 64 at 2048, D = 128 at 1024); past it, on
+# full heads, 1.05-1.57x (D = 64 at T = 4096, D = 128 at 2048 and 4096; D = 32 at T = 8192: 1.07x).
+NATIVE_MAX_WORK = 4096 * 32
 BALANCE_MIN_T = 1024  # shorter causal calls keep one call: the split's extra calls and merge cost more there
 _BALANCE_DTYPES = (torch.float32, torch.float64)  # the merge runs in the output dtype
 
@@ -312,28 +314,32 @@ def attend(
     # rows written into one output when no gradient is wanted (2 % faster forward at T=2048, coverage 0.28);
     # under autograd the in-place writes made the backward 6 % slower than a cat
     wants_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    T = q.shape[2]
-    if (not wants_grad and not dropout_p and not sinks and any(w < T and w * q.shape[3] <= NATIVE_MAX_WORK for w in windows)
+    T, D = q.shape[2:]
+    if (not wants_grad and not dropout_p and not sinks and any(_native_takes(w, T, D) for w in windows)
             and native.usable(q, k, v)):
         return _attend_native(q, k, v, windows, scale)
     return run_buckets(q, k, v, windows, bucket, write_into=not wants_grad)
 
 
+def _native_takes(w: int, T: int, D: int) -> bool:
+    return min(w, T) * D <= NATIVE_MAX_WORK
+
+
 def _attend_native(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...], scale: float | None
 ) -> torch.Tensor:
-    """attend() without gradient, dropout or sinks, float32 on CPU: the heads with windows shorter than T and
-    window * D up to NATIVE_MAX_WORK in one call of native.band_attention, the others on ATen (a run of heads
-    with the same window at a time), all written into one output laid out (B, T, H, D)."""
+    """attend() without gradient, dropout or sinks, float32 on CPU: the heads with min(window, T) * D up to
+    NATIVE_MAX_WORK in one call of native.band_attention, the others on ATen (a run of heads with the same
+    window at a time), all written into one output laid out (B, T, H, D)."""
     B, H, T, D = q.shape
     out = q.new_empty(B, T, H, D).transpose(1, 2)
-    kernel_windows = tuple(w if w * D <= NATIVE_MAX_WORK else T for w in windows)  # a window >= T: not the kernel's
+    kernel_windows = tuple(w if _native_takes(w, T, D) else 0 for w in windows)  # 0: not the kernel's
     native.band_attention(q, k, v, kernel_windows, scale, out)
     first = 0
     while first < H:
         end = first + 1
-        if kernel_windows[first] >= T:
-            while end < H and kernel_windows[end] >= T and min(windows[end], T) == min(windows[first], T):
+        if kernel_windows[first] == 0:
+            while end < H and kernel_windows[end] == 0 and min(windows[end], T) == min(windows[first], T):
                 end += 1
             heads = slice(first, end)
             windowed_bucket(q[:, heads], k[:, heads], v[:, heads], windows[first], 0.0, scale, 0,

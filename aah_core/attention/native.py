@@ -1,12 +1,12 @@
-"""The windowed heads of a CPU forward in one C call (band_kernel.c), built on first use with the machine's compiler.
+"""A CPU forward's attention heads in one C call (band_kernel.c), built on first use with the machine's compiler.
 
 ATen's CPU flash kernel, which the banded backend runs a window's blocks through, costs about twice as much
 per score on blocks of 32 queries and c + w - 1 keys as on long rows (issue 26: at T = 4096, D = 32 a window of
-64 cost 0.8 ms a head, a quarter of a full head's 6.5 ms for 1/32 of its scores). band_kernel.c computes a
-window's band directly: every head of a layer whose window is shorter than the sequence in one call, no block
-views, no copies, its threads dealt equal work. It is forward only and float32 only; banded.attend uses it for
-calls that want no gradient, have no dropout and no sink tokens, and keeps ATen for everything else (full
-heads included: ATen's kernel is the faster one on long rows).
+64 cost 0.8 ms a head, a quarter of a full head's 6.5 ms for 1/32 of its scores). band_kernel.c computes each
+head's band directly, full heads as the widest band: the heads of a layer in one call, no block views, no
+copies, no split of a causal head and merge, its threads dealt equal work. It is forward only and float32 only;
+banded.attend uses it for calls that want no gradient, have no dropout and no sink tokens, for the heads where
+it measured faster (banded.NATIVE_MAX_WORK), and keeps ATen for everything else.
 
 The source is compiled once per process (about 0.3 s) into a private temporary folder with the host's
 instruction set (-march=native), loaded with ctypes and the file removed; nothing is cached on disk, so a
@@ -101,9 +101,9 @@ def usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
 
 def band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...],
                    scale: float | None, out: torch.Tensor) -> None:
-    """Write into out [B, H, T, D] (rows contiguous) the windowed attention of every head whose window is
-    shorter than T; rows of the other heads are left as they are. q, k, v: [B, H, T, D], float32, CPU, D a
-    multiple of 16 (usable())."""
+    """Write into out [B, H, T, D] (rows contiguous) the windowed attention of every head whose window is not 0
+    (a window >= T: causal attention); rows of heads with window 0 are left as they are. q, k, v: [B, H, T, D],
+    float32, CPU, D a multiple of 16 (usable())."""
     lib = _library()[0]
     assert lib is not None, "call usable() first"
     B, H, T, D = q.shape

@@ -23,15 +23,17 @@ def _strided_qkv(B, H, T, D, seed=0):
     return fused[:, :H], fused[:, H : 2 * H], fused[:, 2 * H :]
 
 
-# (B, H, T, D, windows): tiles are 16 queries, so T around multiples of 16
+# (B, H, T, D, windows): tiles are 16 queries, so T around multiples of 16; a window >= T is causal attention,
+# 0 a head the kernel leaves to its caller
 CASES = {
     "T1": (2, 2, 1, 16, [1, 3]),
     "T15": (1, 3, 15, 16, [1, 2, 14]),
-    "T16-D48": (2, 2, 16, 48, [5, 15]),
+    "T16-D48": (2, 2, 16, 48, [5, 0]),
     "T17-D32": (1, 2, 17, 32, [16, 17]),
-    "T37-mixed": (3, 4, 37, 32, [1, 37, 9, 100]),
+    "T37-mixed": (3, 4, 37, 32, [1, 37, 0, 100]),
     "T200-D32": (1, 4, 200, 32, [16, 17, 64, 199]),
     "T301-D64": (2, 3, 301, 64, [1, 100, 300]),
+    "T1100-long": (1, 2, 1100, 32, [1100, 700]),
 }
 
 
@@ -47,11 +49,11 @@ def test_kernel_rows_match_the_float64_reference(case, threads):
         native.band_attention(q, k, v, tuple(windows), None, out)
     finally:
         torch.set_num_threads(before)
-    want = reference.attend(q.double(), k.double(), v.double(), tuple(windows), 0.0, None)
+    want = reference.attend(q.double(), k.double(), v.double(), tuple(w or 1 for w in windows), 0.0, None)
     for h, w in enumerate(windows):
-        if w < T:
+        if w:
             torch.testing.assert_close(out[:, h].double(), want[:, h], rtol=1e-5, atol=1e-5)
-        else:  # full heads are the caller's: left as they were
+        else:  # the caller's: left as it was
             assert bool((out[:, h] == 7.0).all())
 
 
@@ -110,23 +112,27 @@ def kernel_calls(monkeypatch):
     return calls
 
 
-def test_banded_sends_short_windows_to_the_kernel_and_the_rest_to_aten(kernel_calls):
-    D = 32
-    calls = {  # T -> windows: full heads (>= T), kernel heads, and at T = 1200 a window too wide for the kernel
-        300: [300, 16, 2000, 16, 40],
-        1200: [1100, 64],  # 1100 * 32 > NATIVE_MAX_WORK: ATen's blocks
-    }
-    for T, windows in calls.items():
-        q, k, v = _strided_qkv(2, len(windows), T, D)
-        with torch.no_grad():
-            out = windowed_attention(q, k, v, windows, backend="banded")
-        want = reference.attend(q.double(), k.double(), v.double(), tuple(windows), 0.0, None)
-        torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
-    assert kernel_calls == [(300, 16, 300, 16, 40), (1200, 64)]  # a head the kernel leaves is passed as T
+def test_banded_sends_the_kernel_the_heads_it_is_faster_for(kernel_calls, monkeypatch):
+    """min(window, T) * D up to NATIVE_MAX_WORK (full heads included) to the kernel, the rest to ATen, a run of
+    heads with one window at a time; every row against the reference."""
+    monkeypatch.setattr(banded, "NATIVE_MAX_WORK", 64 * 32)
+    T, D = 120, 32
+    windows = [120, 16, 2000, 64, 65, 90, 90, 40]  # full (to ATen), kernel, full (ATen), kernel, ATen, ATen x2, kernel
+    q, k, v = _strided_qkv(2, len(windows), T, D)
+    with torch.no_grad():
+        out = windowed_attention(q, k, v, windows, backend="banded")
+    want = reference.attend(q.double(), k.double(), v.double(), tuple(windows), 0.0, None)
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+    assert kernel_calls == [(0, 16, 0, 64, 0, 0, 0, 40)]
+    monkeypatch.setattr(banded, "NATIVE_MAX_WORK", 4096 * 32)
+    with torch.no_grad():
+        torch.testing.assert_close(windowed_attention(q, k, v, windows, backend="banded").double(), want,
+                                   rtol=1e-5, atol=1e-5)
+    assert kernel_calls[1] == tuple(windows)  # every head, full ones included
 
 
-@pytest.mark.parametrize("why", ["grad", "sinks", "dropout", "float64", "full only", "D not a multiple of 16"])
-def test_banded_keeps_aten_for_what_the_kernel_does_not_do(kernel_calls, why):
+@pytest.mark.parametrize("why", ["grad", "sinks", "dropout", "float64", "too wide", "D not a multiple of 16"])
+def test_banded_keeps_aten_for_what_the_kernel_does_not_do(kernel_calls, monkeypatch, why):
     q, k, v = _strided_qkv(1, 2, 64, 16)
     windows, kwargs = [8, 64], {}
     if why == "grad":
@@ -140,7 +146,7 @@ def test_banded_keeps_aten_for_what_the_kernel_does_not_do(kernel_calls, why):
     elif why == "D not a multiple of 16":
         q, k, v = _strided_qkv(1, 2, 64, 24)
     else:
-        windows = [64, 100]
+        monkeypatch.setattr(banded, "NATIVE_MAX_WORK", 7 * 16)
     windowed_attention(q, k, v, windows, backend="banded", **kwargs)
     assert kernel_calls == []
 
