@@ -52,20 +52,17 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
     cc = _compiler()
     if cc is None:
         return None, "no C compiler (cc, gcc or clang; or $CC) on PATH"
-    with tempfile.TemporaryDirectory(prefix="aah-kernel-") as folder:
-        target = Path(folder) / "band_kernel.so"
-        try:
+    try:  # (a full disk, no temporary folder, a folder mounted noexec: ATen it is, for this process)
+        with tempfile.TemporaryDirectory(prefix="aah-kernel-") as folder:
+            target = Path(folder) / "band_kernel.so"
             done = subprocess.run([cc, *FLAGS, "-o", str(target), str(SOURCE), "-lm"], capture_output=True,
                                   text=True, timeout=120)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return None, f"{cc} could not build {SOURCE.name}: {exc}"
-        if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or [""])[0][:300]
-            return None, f"{cc} could not build {SOURCE.name}: {first}"
-        try:
+            if done.returncode != 0:
+                first = (done.stderr.strip().splitlines() or [""])[0][:300]
+                return None, f"{cc} could not build {SOURCE.name}: {first}"
             lib = ctypes.CDLL(str(target))  # mapped: the file can go with its folder
-        except OSError as exc:  # e.g. a temporary folder mounted noexec
-            return None, f"could not load the built {target.name}: {exc}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"could not build and load {SOURCE.name} with {cc}: {exc}"
     fn = lib.aah_band_attention
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.POINTER(ctypes.c_int64)] + [ctypes.c_int64] * 4 + [

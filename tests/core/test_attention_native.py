@@ -160,6 +160,10 @@ def test_the_kernel_turned_off_or_unbuildable_says_why(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "SOURCE", broken)
     lib, reason = native._build()
     assert lib is None and "could not build band_kernel.c: " in reason
+    monkeypatch.setattr(native, "SOURCE", native.Path(__file__))  # (any source: the build never starts)
+    monkeypatch.setattr(native.tempfile, "tempdir", str(tmp_path / "gone"))  # no temporary folder (a full disk)
+    lib, reason = native._build()
+    assert lib is None and reason.startswith("could not build and load test_attention_native.py with ")
     monkeypatch.setattr(native.shutil, "which", lambda name: None)
     assert native._build() == (None, "no C compiler (cc, gcc or clang; or $CC) on PATH")
 
