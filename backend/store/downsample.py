@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
@@ -191,6 +191,19 @@ _ENDS = text(f"SELECT l.step, l.value, l.special, l.timestamp, (SELECT step {_IN
 _ALL_STEPS = (-2**63, 2**63 - 1)
 
 
+def _read_ends(conn: Connection, params: Mapping[str, Any]) -> Sequence[Any]:
+    """``_ENDS``'s row, its probe read in index order on PostgreSQL too. PostgreSQL plans by statistics that
+    lag a series being written (a live run, or one logged since autovacuum's last ANALYZE): estimating a
+    few hundred rows in a range of 20 000, it found the row max_points on by sorting the whole range (a
+    zoom read every row of it). A sort's plan is left to the planner only when no ordered one exists."""
+    if conn.dialect.name != "postgresql":
+        return driver_rows(conn, _ENDS, params)
+    conn.exec_driver_sql("SET LOCAL enable_sort = off")  # (undone by the next statement, or by a rollback)
+    found = driver_rows(conn, _ENDS, params)
+    conn.exec_driver_sql("SET LOCAL enable_sort TO DEFAULT")
+    return found
+
+
 Piece = tuple[int | None, int, int]  # (None, first step, last step) or (level, first bucket, last bucket)
 
 
@@ -226,7 +239,7 @@ def _read_range(conn: Connection, run_id: int, key: str, min_step: int | None, m
     else reduced (then True); and its non-finite rows."""
     bounds = {"run": run_id, "key": key, "lo": _ALL_STEPS[0] if min_step is None else min_step,
               "hi": _ALL_STEPS[1] if max_step is None else max_step}
-    found = driver_rows(conn, _ENDS, {**bounds, "n": max_points})
+    found = _read_ends(conn, {**bounds, "n": max_points})
     if not found:
         return [], NonFinite(step=[], kind=[], total=0), False
     ends = found[0]
