@@ -159,7 +159,10 @@ _FLASH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cp
 # head at T = 1024-4096, D = 32-128 (bench/band_kernel.py, bench/results/band-kernel-s46-*.json): it took
 # 0.21-0.73x the time of ATen's blocks for every window up to this, and 0.56-0.87x of ATen's causal attention
 # for full heads up to it (T * D = 131072: D = 32 at T = 4096, D = 64 at 2048, D = 128 at 1024); past it, on
-# full heads, 1.05-1.57x (D = 64 at T = 4096, D = 128 at 2048 and 4096; D = 32 at T = 8192: 1.07x).
+# full heads, 1.05-1.57x (D = 64 at T = 4096, D = 128 at 2048 and 4096; D = 32 at T = 8192: 1.07x). Forward and
+# backward (bench.band_kernel --grad, band-kernel-grad-s47): 0.41-0.83x ATen's for every window and full head of one
+# head; eight full heads at once past this, 1.10-1.35x causal SDPA's (ATen's threads then all busy), so the same
+# bound holds under autograd.
 NATIVE_MAX_WORK = 4096 * 32
 BALANCE_MIN_T = 1024  # shorter causal calls keep one call: the split's extra calls and merge cost more there
 _BALANCE_DTYPES = (torch.float32, torch.float64)  # the merge runs in the output dtype
@@ -315,14 +318,46 @@ def attend(
     # under autograd the in-place writes made the backward 6 % slower than a cat
     wants_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     T, D = q.shape[2:]
-    if (not wants_grad and not dropout_p and not sinks and any(_native_takes(w, T, D) for w in windows)
-            and native.usable(q, k, v)):
-        return _attend_native(q, k, v, windows, scale)
+    takes = tuple(_native_takes(w, T, D) for w in windows)  # the heads the C kernel is faster for
+    if any(takes) and not dropout_p and not sinks and native.usable(q, k, v):
+        if not wants_grad:
+            return _attend_native(q, k, v, windows, scale)
+        if all(takes):
+            return native.BandAttention.apply(q, k, v, tuple(windows), scale)
+        return _attend_native_grad(q, k, v, windows, takes, scale, bucket)
     return run_buckets(q, k, v, windows, bucket, write_into=not wants_grad)
 
 
 def _native_takes(w: int, T: int, D: int) -> bool:
     return min(w, T) * D <= NATIVE_MAX_WORK
+
+
+def _attend_native_grad(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...], takes: tuple[bool, ...],
+    scale: float | None, bucket: Callable[..., torch.Tensor],
+) -> torch.Tensor:
+    """attend() under autograd when the kernel takes some heads (`takes`) but not all: those heads through
+    native.BandAttention, the others through run_buckets(bucket), in one group each (views when each group's heads
+    are contiguous, else q, k, v permuted once and the output once back), joined by one cat."""
+    H = q.shape[1]
+    groups = (True, False) if takes[0] else (False, True)  # in the order of each group's first head
+    order = [h for group in groups for h in range(H) if takes[h] == group]
+    n = takes.count(groups[0])
+    index = None if order == list(range(H)) else torch.tensor(order, device=q.device)
+    if index is not None:
+        q, k, v = (t.index_select(1, index) for t in (q, k, v))
+    parts = []
+    for group, heads in zip(groups, (slice(0, n), slice(n, H))):
+        group_windows = tuple(windows[h] for h in order[heads])
+        qg, kg, vg = q[:, heads], k[:, heads], v[:, heads]
+        parts.append(native.BandAttention.apply(qg, kg, vg, group_windows, scale) if group else
+                     run_buckets(qg, kg, vg, group_windows, bucket))
+    out = torch.cat(parts, dim=1)
+    if index is None:
+        return out
+    inverse = torch.empty_like(index)
+    inverse[index] = torch.arange(H, device=q.device)
+    return out.index_select(1, inverse)
 
 
 def _attend_native(

@@ -1,8 +1,8 @@
 """The C kernel for windowed heads (aah_core/attention/native.py, band_kernel.c) against the float64 reference.
 
-banded.attend sends a call there when it wants no gradient, has no dropout and no sinks and is float32 on CPU;
-these tests check the kernel's rows on their own (every edge of a tile and of a window, strided inputs, head
-sizes that are not a multiple of 16, one and two threads, concurrent callers), that banded routes exactly those
+banded.attend sends a call there when it has no dropout and no sinks and is float32 on CPU (under autograd, when
+the kernel takes every head); these tests check the kernel's rows and gradients on their own (every edge of a
+tile and of a window, strided inputs, one and two threads, concurrent callers), that banded routes exactly those
 calls to it, and that a machine without the kernel says why and keeps ATen.
 """
 
@@ -57,6 +57,71 @@ def test_kernel_rows_match_the_float64_reference(case, threads):
             assert bool((out[:, h] == 7.0).all())
 
 
+def _grads_against_reference(B, H, T, D, windows, scale=None, threads=None, seed=0, atol=1e-5):
+    """Output and gradients of one call through banded (the kernel's forward and backward) against the float64
+    reference, q, k, v being views of one fused projection as in the model."""
+    g = torch.Generator().manual_seed(seed)
+    fused = torch.randn(B, T, 3 * H, D, generator=g, requires_grad=True)
+    grad = torch.randn(B, H, T, D, generator=g)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        heads = fused.transpose(1, 2)
+        out = banded.attend(heads[:, :H], heads[:, H : 2 * H], heads[:, 2 * H :], tuple(windows), 0.0, scale)
+        out.backward(grad)
+    finally:
+        torch.set_num_threads(before)
+    exact = fused.detach().double().requires_grad_(True)
+    heads = exact.transpose(1, 2)
+    want = reference.attend(heads[:, :H], heads[:, H : 2 * H], heads[:, 2 * H :], tuple(windows), 0.0, scale)
+    want.backward(grad.double())
+    assert type(out.grad_fn).__name__ == "BandAttentionBackward"
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=atol)
+    torch.testing.assert_close(fused.grad.double(), exact.grad, rtol=1e-4, atol=10 * atol)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_kernel_gradients_match_the_float64_reference(case, threads):
+    """The backward (FlashAttention-2's equations per tile of 16 queries; each run's key gradients added to dk
+    and dv under a lock, runs of two threads sharing keys) at every edge the forward is tested at."""
+    B, H, T, D, windows = CASES[case]
+    _grads_against_reference(B, H, T, D, [w or 1 for w in windows], threads=threads)
+
+
+def test_kernel_gradients_with_a_scale_large_scores_and_many_threads():
+    _grads_against_reference(2, 3, 150, 32, [1, 40, 150], scale=2.5, atol=1e-4)  # scores in the tens
+    _grads_against_reference(1, 5, 333, 16, [3, 17, 64, 100, 333], threads=7)  # runs cut inside heads
+
+
+def test_kernel_gradients_are_the_same_bits_from_call_to_call():
+    """Keys that several threads' runs read get their gradients summed in thread order, whichever thread ends
+    first: with 6 threads, heads cut into several runs, every call gives the same bits."""
+    q, k, v = (t.clone().requires_grad_(True) for t in _strided_qkv(2, 3, 250, 32))
+    grad = torch.randn(2, 3, 250, 32, generator=torch.Generator().manual_seed(1))
+    before = torch.get_num_threads()
+    torch.set_num_threads(6)
+    try:
+        runs = [torch.autograd.grad(banded.attend(q, k, v, (250, 90, 33), 0.0, None), (q, k, v), grad)
+                for _ in range(8)]
+    finally:
+        torch.set_num_threads(before)
+    for got in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(got, runs[0]))
+
+
+def test_kernel_gradient_of_a_strided_output_gradient_and_of_some_inputs_only():
+    q, k, v = _strided_qkv(1, 2, 70, 16)
+    k = k.detach().clone().requires_grad_(True)
+    out = banded.attend(q, k, v, (9, 70), 0.0, None)
+    grad = torch.randn(1, 70, 16, 2).permute(0, 3, 1, 2)  # (B, H, T, D), last dimension strided
+    (dk,) = torch.autograd.grad(out, k, grad)
+    exact = k.detach().double().requires_grad_(True)
+    want = reference.attend(q.double(), exact, v.double(), (9, 70), 0.0, None)
+    (want_dk,) = torch.autograd.grad(want, exact, grad.double())
+    torch.testing.assert_close(dk.double(), want_dk, rtol=1e-4, atol=1e-4)
+
+
 def test_kernel_takes_a_scale():
     q, k, v = _strided_qkv(1, 2, 50, 16)
     out = torch.empty(1, 2, 50, 16)
@@ -104,9 +169,9 @@ def kernel_calls(monkeypatch):
     calls = []
     real = native.band_attention
 
-    def counted(q, k, v, windows, scale, out):
+    def counted(q, k, v, windows, scale, out, lse=None):
         calls.append(windows)
-        return real(q, k, v, windows, scale, out)
+        return real(q, k, v, windows, scale, out, lse)
 
     monkeypatch.setattr(native, "band_attention", counted)
     return calls
@@ -131,13 +196,30 @@ def test_banded_sends_the_kernel_the_heads_it_is_faster_for(kernel_calls, monkey
     assert kernel_calls[1] == tuple(windows)  # every head, full ones included
 
 
-@pytest.mark.parametrize("why", ["grad", "sinks", "dropout", "float64", "too wide", "D not a multiple of 16"])
-def test_banded_keeps_aten_for_what_the_kernel_does_not_do(kernel_calls, monkeypatch, why):
+@pytest.mark.parametrize("windows", [(8, 32, 20), (8, 33, 20, 64, 5), (40, 3, 64, 7), (33, 40, 2, 64)],
+                         ids=["all-kernel", "scattered", "kernel-last", "kernel-middle"])
+def test_under_autograd_the_kernel_takes_its_heads_and_aten_the_others(kernel_calls, monkeypatch, windows):
+    """Heads with min(window, T) * D up to NATIVE_MAX_WORK through the kernel's forward and backward, the others
+    through ATen's, in one group each whatever their order; output and gradients against the reference."""
+    monkeypatch.setattr(banded, "NATIVE_MAX_WORK", 32 * 16)
+    q, k, v = (t.clone().requires_grad_(True) for t in _strided_qkv(2, len(windows), 64, 16))
+    out = windowed_attention(q, k, v, windows, backend="banded")
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    exact = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
+    want = reference.attend(*exact, windows, 0.0, None)
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(got, torch.autograd.grad(want, exact, grad.double())):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
+    assert kernel_calls == [tuple(w for w in windows if w <= 32)]
+
+
+@pytest.mark.parametrize("why", ["sinks", "dropout", "float64", "too wide", "D not a multiple of 16"])
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "grad"])
+def test_banded_keeps_aten_for_what_the_kernel_does_not_do(kernel_calls, monkeypatch, why, grad):
     q, k, v = _strided_qkv(1, 2, 64, 16)
     windows, kwargs = [8, 64], {}
-    if why == "grad":
-        q = q.clone().requires_grad_(True)
-    elif why == "sinks":
+    if why == "sinks":
         kwargs["sinks"] = 2
     elif why == "dropout":
         kwargs["dropout_p"] = 0.1
@@ -147,8 +229,10 @@ def test_banded_keeps_aten_for_what_the_kernel_does_not_do(kernel_calls, monkeyp
         q, k, v = _strided_qkv(1, 2, 64, 24)
     else:
         monkeypatch.setattr(banded, "NATIVE_MAX_WORK", 7 * 16)
-    windowed_attention(q, k, v, windows, backend="banded", **kwargs)
-    assert kernel_calls == []
+    if grad:
+        q = q.clone().requires_grad_(True)
+    out = windowed_attention(q, k, v, windows, backend="banded", **kwargs)
+    assert kernel_calls == [] and type(out.grad_fn).__name__ != "BandAttentionBackward"
 
 
 def test_the_kernel_turned_off_or_unbuildable_says_why(monkeypatch, tmp_path):
