@@ -283,10 +283,14 @@ static void backward_tile(const job_t *J, int64_t b, int64_t h, int64_t i0, floa
 }
 
 /* Rows first .. last-1 of a [rows, D] matrix with row stride `stride`, packed densely into `to`; returns the
-   packed matrix indexed by the original row numbers. */
+   packed matrix indexed by the original row numbers. Rows are fetched 8 ahead: the model's rows lie 3 H D floats
+   apart, and the hardware's prefetch missed them (2-5 % of a windowed head's time). */
 static const float *pack(const float *from, int64_t stride, int64_t first, int64_t last, int64_t D, float *to) {
-    for (int64_t i = first; i < last; i++)
+    for (int64_t i = first; i < last; i++) {
+        if (i + 8 < last)
+            for (int64_t d = 0; d < D; d += VL) __builtin_prefetch(from + (i + 8) * stride + d);
         for (int64_t d = 0; d < D; d += VL) *(vfu *)(to + (i - first) * D + d) = *(const vfu *)(from + i * stride + d);
+    }
     return to - first * D;
 }
 

@@ -94,6 +94,21 @@ def test_dockerfile_is_multistage_slim_python_with_a_cuda_switch(docker) -> None
     assert "python3.11" in runs, "a CUDA base without Python must get Python 3.11"
 
 
+def test_the_runtime_image_has_the_compiler_the_attention_kernel_is_built_with(docker, monkeypatch) -> None:
+    """aah_core/attention/native.py builds band_kernel.c at run time with cc, gcc or clang: the runtime stage
+    installs ATTENTION_COMPILER (gcc unless built with it empty) and the C library's headers."""
+    from aah_core.attention import native
+
+    start = next(i for i, (word, rest) in enumerate(docker) if word == "FROM" and rest.endswith(" AS runtime"))
+    runtime = docker[start:]
+    args = dict(rest.split("=", 1) for w, rest in runtime if w == "ARG" and "=" in rest)
+    assert args["ATTENTION_COMPILER"] == "gcc"
+    assert '"${ATTENTION_COMPILER}" libc6-dev' in " ".join(rest for w, rest in runtime if w == "RUN")
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(native.shutil, "which", lambda name: f"/usr/bin/{name}" if name == "gcc" else None)
+    assert native._compiler() == "gcc"
+
+
 def test_dockerfile_installs_the_pinned_cpu_torch(docker) -> None:
     pins = dict(line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
                 if "==" in line and not line.startswith("#"))
