@@ -78,13 +78,13 @@ def _timer(device: torch.device) -> Callable[[Callable[[], object]], float]:
     return run
 
 
-def _step(backend: str, q, k, v, windows: list[int], grad_out) -> Callable[[], object]:
+def _step(backend: str, q, k, v, windows: list[int], grad_out, sinks: int = 0) -> Callable[[], object]:
     """One forward (grad_out None, under no_grad) or forward+backward of a backend."""
 
     def forward():
         if backend == "sdpa-causal":
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return windowed_attention(q, k, v, windows, backend=backend)
+        return windowed_attention(q, k, v, windows, backend=backend, sinks=sinks)
 
     if grad_out is None:
         return lambda: _no_grad(forward)
@@ -107,7 +107,7 @@ def measure(
     if mode == "fwd+bwd":
         q, k, v = (t.requires_grad_(True) for t in (q, k, v))
         grad_out = torch.randn(shape, generator=g).to(device, args.dtype)
-    steps = {b: _step(b, q, k, v, windows, grad_out) for b in ["sdpa-causal", *backends]}
+    steps = {b: _step(b, q, k, v, windows, grad_out, args.sinks) for b in ["sdpa-causal", *backends]}
     timer = _timer(device)
     times: dict[str, list[float]] = {b: [] for b in steps}
     for rep in range(args.warmup + args.runs):
@@ -191,7 +191,7 @@ def run(args) -> dict:
         loadavg_before=load_before, loadavg_after=os.getloadavg(),
         flex_compile_s={str(T): (round(s, 1) if s is not None else None) for T, s in compile_s.items()},
         flex_compiled_path=dict(flex.stats, verified=flex_verdict()),
-        targets=check_targets(rows, device), rows=rows,
+        sinks=args.sinks, targets=check_targets(rows, device) if not args.sinks else [], rows=rows,
     )
 
 
@@ -239,6 +239,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--threads", type=int, default=2, help="torch threads on CPU")
+    p.add_argument("--sinks", type=int, default=0, help="sink keys every query also sees (the targets assume none)")
     p.add_argument("--out", type=Path, help="default: bench/results/attention-<machine>[-<dtype>].json")
     args = p.parse_args(argv)
     if args.quick:

@@ -13,6 +13,9 @@
       into 16 accumulators per 16 output elements; divided by the sums and written to the query rows (and,
       for training, each row's log-sum-exp).
 
+   With s sink keys (StreamingLLM's: keys 0 .. s-1, which every query also sees), a tile whose window does not
+   reach them reads the sinks, then its window; one whose window does reads keys 0 .. i0+15.
+
    No division of the keys into blocks with an online softmax: a tile's scores (nk vectors, nk <= w + 15)
    stay in the thread's scratch, so each score is computed once and exponentiated once.
 
@@ -74,6 +77,7 @@ typedef struct {
     int64_t qs[3], ks[3], vs[3], os[3], gs[3], dqs[3], dks[3], dvs[3]; /* strides in elements: sequence, head, row */
     int64_t H, T, D;
     const int64_t *windows;
+    int64_t sinks;        /* keys 0 .. sinks-1, which every query also sees (StreamingLLM's attention sinks) */
     float scale;
     int backward;
     int64_t run_rows;     /* the most key rows of a run (T + VL + widest window): the size of each packed matrix */
@@ -130,15 +134,21 @@ static void dot_rows(const vf *xt, const float *y, int64_t ys, int64_t lo, int64
 
 /* The scores of keys lo .. lo+nk-1 hidden (-inf) from the lanes whose query does not see them, and from lanes
    past `rows`; returns each lane's maximum. Lane r (query i0 + r) sees key lo + j when i0 + r - w < lo + j <=
-   i0 + r, i.e. rel <= r < rel + w: only the keys at the window's two edges are hidden from some lanes. */
-static vf mask_window(vf *S, int64_t nk, int64_t lo, int64_t i0, int64_t w, int64_t rows) {
+   i0 + r, i.e. rel <= r < rel + w: only the keys at the window's two edges are hidden from some lanes. A sink
+   key (lo + j < sinks) is seen by every query from its own position on. */
+static vf mask_window(vf *S, int64_t nk, int64_t lo, int64_t i0, int64_t w, int64_t rows, int64_t sinks) {
     vi lane;
     for (int r = 0; r < VL; r++) lane[r] = r;
     const vf minus_inf = (vf){0} - INFINITY;
     vf m = minus_inf;
     for (int64_t j = 0; j < nk; j++) {
-        const int64_t rel = lo + j - i0; /* in [-(w - 1), VL - 1] */
-        if (rel > 0 || rel + w < rows) {
+        const int64_t rel = lo + j - i0; /* in [-(w - 1), VL - 1], or below for a sink */
+        if (lo + j < sinks) {
+            if (rel > 0) {
+                vi seen = (lane >= (int32_t)rel) & (lane < (int32_t)rows);
+                S[j] = (vf)(((vi)S[j] & seen) | ((vi)minus_inf & ~seen));
+            }
+        } else if (rel > 0 || rel + w < rows) {
             const int32_t from = (int32_t)(rel > -VL ? rel : -VL), to = (int32_t)(rel + w < VL ? rel + w : VL);
             vi seen = (lane >= from) & (lane < to) & (lane < (int32_t)rows);
             S[j] = (vf)(((vi)S[j] & seen) | ((vi)minus_inf & ~seen));
@@ -146,6 +156,16 @@ static vf mask_window(vf *S, int64_t nk, int64_t lo, int64_t i0, int64_t w, int6
         m = max_lanes(m, S[j]);
     }
     return m;
+}
+
+/* The keys of the tile of queries i0 .. i0+rows-1 with window w: keys first[0] .. first[0]+count[0]-1, then
+   first[1] .. first[1]+count[1]-1. Without sinks (or when the window reaches them) one range, lo .. i0+rows-1 (lo
+   = 0 if the window reaches the sinks); else the sinks, then the window's keys. */
+static void tile_keys(int64_t i0, int64_t rows, int64_t w, int64_t sinks, int64_t first[2], int64_t count[2]) {
+    const int64_t lo = i0 - w + 1 > 0 ? i0 - w + 1 : 0;
+    const int detached = lo > sinks;
+    first[0] = 0, count[0] = detached ? sinks : 0;
+    first[1] = detached ? lo : 0, count[1] = i0 + rows - first[1];
 }
 
 static void run_tile(const job_t *J, int64_t b, int64_t h, int64_t i0) {
@@ -156,18 +176,20 @@ static void run_tile(const job_t *J, int64_t b, int64_t h, int64_t i0) {
     const float *v = J->v + b * J->vs[0] + h * J->vs[1];
     float *o = J->o + b * J->os[0] + h * J->os[1];
     const int64_t rows = T - i0 < VL ? T - i0 : VL;
-    const int64_t lo = i0 - w + 1 > 0 ? i0 - w + 1 : 0;
-    const int64_t nk = i0 + rows - lo; /* keys lo .. i0 + rows - 1 */
+    int64_t first[2], count[2];
+    tile_keys(i0, rows, w, J->sinks, first, count);
     vf *qt = J->scratch;               /* D vectors */
-    vf *S = qt + D;                    /* nk vectors: scores, then probabilities */
+    vf *S = qt + D;                    /* count[0] + count[1] vectors: scores, then probabilities */
 
     for (int64_t r = 0; r < VL && i0 + VL + r < T; r++) { /* the next tile's queries, on their way */
         const char *next = (const char *)(q + (i0 + VL + r) * qs);
         for (int64_t c = 0; c < D * (int64_t)sizeof(float); c += 64) __builtin_prefetch(next + c);
     }
     transpose_tile(q, qs, i0, rows, D, J->scale, qt);
-    dot_rows(qt, k, ks, lo, nk, D, S);
-    const vf m = mask_window(S, nk, lo, i0, w, rows);
+    dot_rows(qt, k, ks, first[0], count[0], D, S);
+    dot_rows(qt, k, ks, first[1], count[1], D, S + count[0]);
+    const vf m = max_lanes(mask_window(S, count[0], first[0], i0, w, rows, J->sinks),
+                           mask_window(S + count[0], count[1], first[1], i0, w, rows, J->sinks));
 
     /* output elements 16 at a time: 16 accumulators, each key's probabilities (a vector over queries) times
        its value's elements; the first pass turns the scores into probabilities (padding lanes, rows < VL:
@@ -177,16 +199,17 @@ static void run_tile(const job_t *J, int64_t b, int64_t h, int64_t i0) {
     for (int64_t d0 = 0; d0 < D; d0 += VL) {
         vf acc[VL];
         for (int t = 0; t < VL; t++) acc[t] = (vf){0};
-        for (int64_t j = 0; j < nk; j++) {
-            const float *vj = v + (lo + j) * vs + d0;
-            vf p = S[j];
-            if (d0 == 0) {
-                p = exp_lanes(p - m);
-                S[j] = p;
-                sum += p;
+        for (int64_t part = 0, j = 0; part < 2; part++)
+            for (int64_t key = first[part]; key < first[part] + count[part]; key++, j++) {
+                const float *vj = v + key * vs + d0;
+                vf p = S[j];
+                if (d0 == 0) {
+                    p = exp_lanes(p - m);
+                    S[j] = p;
+                    sum += p;
+                }
+                for (int t = 0; t < VL; t++) acc[t] += p * vj[t];
             }
-            for (int t = 0; t < VL; t++) acc[t] += p * vj[t];
-        }
         const vf inv = 1.0f / sum; /* every query sees its own key: sum >= 1 in the lanes written */
         for (int t = 0; t < VL; t++) ((vf *)of)[t] = acc[t] * inv;
         for (int64_t r = 0; r < rows; r++) {
@@ -234,8 +257,9 @@ static void backward_tile(const job_t *J, int64_t b, int64_t h, int64_t i0, floa
     const float *lse = J->lse + (b * J->H + h) * T + i0;
     float *dq = J->dq + b * J->dqs[0] + h * J->dqs[1] + i0 * dqs;
     const int64_t rows = T - i0 < VL ? T - i0 : VL;
-    const int64_t lo = i0 - w + 1 > 0 ? i0 - w + 1 : 0;
-    const int64_t nk = i0 + rows - lo;
+    int64_t first[2], count[2];
+    tile_keys(i0, rows, w, J->sinks, first, count);
+    const int64_t nk = count[0] > count[1] ? count[0] : count[1];
     vf *qt = J->scratch, *gt = qt + D, *dqt = gt + D; /* D vectors each: scale * q, g and dq / scale, transposed */
     const int64_t chunk = nk < KEY_CHUNK ? nk : KEY_CHUNK;
     vf *P = dqt + D, *DS = P + chunk;                 /* a chunk's scores, then probabilities; dp, then ds */
@@ -249,11 +273,12 @@ static void backward_tile(const job_t *J, int64_t b, int64_t h, int64_t i0, floa
         for (int64_t d = 0; d < D; d++) dot += g[r * gs + d] * o[r * os + d];
         row_lse[r] = lse[r], delta[r] = dot;
     }
-    for (int64_t c0 = 0; c0 < nk; c0 += chunk) {
-        const int64_t n = nk - c0 < chunk ? nk - c0 : chunk, first = lo + c0; /* keys first .. first+n-1 */
-        dot_rows(qt, k, ks, first, n, D, P);
-        mask_window(P, n, first, i0, w, rows);
-        dot_rows(gt, v, vs, first, n, D, DS);
+    for (int part = 0; part < 2; part++)
+    for (int64_t c0 = 0; c0 < count[part]; c0 += chunk) {
+        const int64_t n = count[part] - c0 < chunk ? count[part] - c0 : chunk, key0 = first[part] + c0; /* its keys */
+        dot_rows(qt, k, ks, key0, n, D, P);
+        mask_window(P, n, key0, i0, w, rows, J->sinks);
+        dot_rows(gt, v, vs, key0, n, D, DS);
         for (int64_t j = 0; j < n; j++) {
             const vf p = exp_lanes(P[j] - row_lse);
             P[j] = p;
@@ -264,14 +289,14 @@ static void backward_tile(const job_t *J, int64_t b, int64_t h, int64_t i0, floa
             vf acc[VL];
             for (int t = 0; t < VL; t++) acc[t] = dqt[d0 + t];
             for (int64_t j = 0; j < n; j++) {
-                const float *kj = k + (first + j) * ks + d0;
+                const float *kj = k + (key0 + j) * ks + d0;
                 const vf ds = DS[j];
                 for (int t = 0; t < VL; t++) acc[t] += ds * kj[t];
             }
             for (int t = 0; t < VL; t++) dqt[d0 + t] = acc[t];
         }
         for (int64_t j = 0; j < n; j++) {
-            float *dkj = dk + (first + j) * D, *dvj = dv + (first + j) * D;
+            float *dkj = dk + (key0 + j) * D, *dvj = dv + (key0 + j) * D;
             int64_t d0 = 0;
             for (; d0 + 4 * VL <= D; d0 += 4 * VL)
                 add_key_grads(4, dkj + d0, dvj + d0, DS[j], P[j], q + d0, qs, g + d0, gs, rows);
@@ -318,7 +343,8 @@ static void *work(void *arg) {
         while (end < J->last && J->items[end] / tiles == bh) end++;
         const int64_t i_first = (J->items[n] % tiles) * VL;
         const int64_t i_last = ((J->items[end - 1] % tiles) + 1) * VL < J->T ? ((J->items[end - 1] % tiles) + 1) * VL : J->T;
-        const int64_t k_first = i_first - J->windows[h] + 1 > 0 ? i_first - J->windows[h] + 1 : 0;
+        /* (with sinks, every key from 0: the sinks' rows then lie where every tile's other keys do) */
+        const int64_t k_first = i_first - J->windows[h] + 1 > 0 && !J->sinks ? i_first - J->windows[h] + 1 : 0;
         const int64_t keys = i_last - k_first;
         job_t P = *J;
         float *dense = (float *)J->packed;
@@ -387,7 +413,7 @@ static void give(void *p, size_t bytes) {
    memory ran out. */
 static int run_heads(const job_t *proto, int64_t B, int threads) {
     const int64_t H = proto->H, T = proto->T, D = proto->D, *windows = proto->windows;
-    if (B < 0 || H < 0 || T < 0 || D < VL || D % VL || T >= (1LL << 30)) return -1;
+    if (B < 0 || H < 0 || T < 0 || D < VL || D % VL || T >= (1LL << 30) || proto->sinks < 0) return -1;
     const int64_t tiles = (T + VL - 1) / VL;
     int64_t count = 0, widest = 0;
     for (int64_t h = 0; h < H; h++) {
@@ -409,16 +435,17 @@ static int run_heads(const job_t *proto, int64_t B, int threads) {
         for (int64_t h = 0; h < H; h++) {
             if (windows[h] == 0) continue;
             for (int64_t t = 0; t < tiles; t++, n++) {
-                const int64_t i0 = t * VL, lo = i0 - windows[h] + 1 > 0 ? i0 - windows[h] + 1 : 0;
-                const int64_t rows = T - i0 < VL ? T - i0 : VL;
+                const int64_t i0 = t * VL, rows = T - i0 < VL ? T - i0 : VL;
+                int64_t first[2], count[2];
+                tile_keys(i0, rows, windows[h], proto->sinks, first, count);
                 items[n] = (b * H + h) * tiles + t;
-                cost[n + 1] = cost[n] + (i0 + rows - lo) + 16;
+                cost[n + 1] = cost[n] + count[0] + count[1] + 16;
             }
         }
     if (threads < 1) threads = 1;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     if (threads > count) threads = (int)count;
-    const int64_t most_keys = VL + widest - 1 < T ? VL + widest - 1 : T;
+    const int64_t most_keys = VL + widest - 1 + proto->sinks < T ? VL + widest - 1 + proto->sinks : T;
     const int64_t run_rows = T + VL + widest;
     /* k and v of a run; backward also its dk and dv, and those of the thread's first run when others share it */
     const int64_t packed_rows = (proto->backward ? 6 : 2) * run_rows;
@@ -463,12 +490,13 @@ static int run_heads(const job_t *proto, int64_t B, int threads) {
 
 /* q, k, v, o: [B, H, T, D] with these strides (12 int64: q's sequence, head and row strides, then k's, v's,
    o's), each row's D elements contiguous; D a multiple of 16. windows: H ints, a window >= T being causal
-   attention; a head with window 0 is skipped (the caller computes it). lse: NULL, or [B, H, T] (contiguous)
+   attention; a head with window 0 is skipped (the caller computes it). sinks: keys every query also sees. lse: NULL, or [B, H, T] (contiguous)
    for each row's log-sum-exp of its scaled scores. Returns 0, or -1 for bad arguments, -2 when memory ran out. */
 int aah_band_attention(const float *q, const float *k, const float *v, float *o, float *lse, const int64_t *strides,
-                       int64_t B, int64_t H, int64_t T, int64_t D, const int64_t *windows, float scale, int threads) {
+                       int64_t B, int64_t H, int64_t T, int64_t D, const int64_t *windows, int64_t sinks, float scale,
+                       int threads) {
     job_t J = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .H = H, .T = T, .D = D, .windows = windows,
-               .scale = scale, .backward = 0};
+               .sinks = sinks, .scale = scale, .backward = 0};
     memcpy(J.qs, strides, sizeof J.qs), memcpy(J.ks, strides + 3, sizeof J.ks);
     memcpy(J.vs, strides + 6, sizeof J.vs), memcpy(J.os, strides + 9, sizeof J.os);
     return run_heads(&J, B, threads);
@@ -480,11 +508,12 @@ int aah_band_attention(const float *q, const float *k, const float *v, float *o,
    Every window must be at least 1. Returns 0, -1 or -2 as aah_band_attention. */
 int aah_band_attention_backward(const float *q, const float *k, const float *v, const float *o, const float *g,
                                 const float *lse, float *dq, float *dk, float *dv, const int64_t *strides, int64_t B,
-                                int64_t H, int64_t T, int64_t D, const int64_t *windows, float scale, int threads) {
+                                int64_t H, int64_t T, int64_t D, const int64_t *windows, int64_t sinks, float scale,
+                                int threads) {
     for (int64_t h = 0; h < H; h++)
         if (windows[h] < 1) return -1;
     job_t J = {.q = q, .k = k, .v = v, .o = (float *)o, .g = g, .lse = (float *)lse, .dq = dq, .dk = dk, .dv = dv,
-               .H = H, .T = T, .D = D, .windows = windows, .scale = scale, .backward = 1};
+               .H = H, .T = T, .D = D, .windows = windows, .sinks = sinks, .scale = scale, .backward = 1};
     int64_t *fields[8] = {J.qs, J.ks, J.vs, J.os, J.gs, J.dqs, J.dks, J.dvs};
     for (int i = 0; i < 8; i++) memcpy(fields[i], strides + 3 * i, 3 * sizeof(int64_t));
     return run_heads(&J, B, threads);

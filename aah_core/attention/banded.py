@@ -155,7 +155,7 @@ def _block_keys(t: torch.Tensor, start: int, n: int, c: int, L: int, sinks: int 
 
 # CPU flash attention that also returns each row's log-sum-exp (what F.scaled_dot_product_attention runs on CPU)
 _FLASH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-# native.band_attention takes a head when min(window, T) * head dim is at most this (full heads included). One
+# native.band_attention takes a head when min(window + sinks, T) * head dim is at most this (full heads included). One
 # head at T = 1024-4096, D = 32-128 (bench/band_kernel.py, bench/results/band-kernel-s46-*.json): it took
 # 0.21-0.73x the time of ATen's blocks for every window up to this, and 0.56-0.87x of ATen's causal attention
 # for full heads up to it (T * D = 131072: D = 32 at T = 4096, D = 64 at 2048, D = 128 at 1024); past it, on
@@ -318,23 +318,24 @@ def attend(
     # under autograd the in-place writes made the backward 6 % slower than a cat
     wants_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     T, D = q.shape[2:]
-    takes = tuple(_native_takes(w, T, D) for w in windows)  # the heads the C kernel is faster for
-    if any(takes) and not dropout_p and not sinks and native.usable(q, k, v):
+    takes = tuple(_native_takes(w + sinks, T, D) for w in windows)  # the heads the C kernel is faster for
+    if any(takes) and not dropout_p and native.usable(q, k, v):
         if not wants_grad:
-            return _attend_native(q, k, v, windows, scale)
+            return _attend_native(q, k, v, windows, scale, sinks)
         if all(takes):
-            return native.BandAttention.apply(q, k, v, tuple(windows), scale)
-        return _attend_native_grad(q, k, v, windows, takes, scale, bucket)
+            return native.BandAttention.apply(q, k, v, tuple(windows), scale, sinks)
+        return _attend_native_grad(q, k, v, windows, takes, scale, sinks, bucket)
     return run_buckets(q, k, v, windows, bucket, write_into=not wants_grad)
 
 
-def _native_takes(w: int, T: int, D: int) -> bool:
-    return min(w, T) * D <= NATIVE_MAX_WORK
+def _native_takes(keys: int, T: int, D: int) -> bool:
+    """keys: a query's window plus the sinks."""
+    return min(keys, T) * D <= NATIVE_MAX_WORK
 
 
 def _attend_native_grad(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...], takes: tuple[bool, ...],
-    scale: float | None, bucket: Callable[..., torch.Tensor],
+    scale: float | None, sinks: int, bucket: Callable[..., torch.Tensor],
 ) -> torch.Tensor:
     """attend() under autograd when the kernel takes some heads (`takes`) but not all: those heads through
     native.BandAttention, the others through run_buckets(bucket), in one group each (views when each group's heads
@@ -350,7 +351,7 @@ def _attend_native_grad(
     for group, heads in zip(groups, (slice(0, n), slice(n, H))):
         group_windows = tuple(windows[h] for h in order[heads])
         qg, kg, vg = q[:, heads], k[:, heads], v[:, heads]
-        parts.append(native.BandAttention.apply(qg, kg, vg, group_windows, scale) if group else
+        parts.append(native.BandAttention.apply(qg, kg, vg, group_windows, scale, sinks) if group else
                      run_buckets(qg, kg, vg, group_windows, bucket))
     out = torch.cat(parts, dim=1)
     if index is None:
@@ -361,15 +362,15 @@ def _attend_native_grad(
 
 
 def _attend_native(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...], scale: float | None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...], scale: float | None, sinks: int
 ) -> torch.Tensor:
-    """attend() without gradient, dropout or sinks, float32 on CPU: the heads with min(window, T) * D up to
+    """attend() without gradient or dropout, float32 on CPU: the heads with min(window + sinks, T) * D up to
     NATIVE_MAX_WORK in one call of native.band_attention, the others on ATen (a run of heads with the same
     window at a time), all written into one output laid out (B, T, H, D)."""
     B, H, T, D = q.shape
     out = q.new_empty(B, T, H, D).transpose(1, 2)
-    kernel_windows = tuple(w if _native_takes(w, T, D) else 0 for w in windows)  # 0: not the kernel's
-    native.band_attention(q, k, v, kernel_windows, scale, out)
+    kernel_windows = tuple(w if _native_takes(w + sinks, T, D) else 0 for w in windows)  # 0: not the kernel's
+    native.band_attention(q, k, v, kernel_windows, scale, out, sinks=sinks)
     first = 0
     while first < H:
         end = first + 1
@@ -377,7 +378,7 @@ def _attend_native(
             while end < H and kernel_windows[end] == 0 and min(windows[end], T) == min(windows[first], T):
                 end += 1
             heads = slice(first, end)
-            windowed_bucket(q[:, heads], k[:, heads], v[:, heads], windows[first], 0.0, scale, 0,
+            windowed_bucket(q[:, heads], k[:, heads], v[:, heads], windows[first], 0.0, scale, sinks,
                             out.narrow(1, first, end - first))
         first = end
     return out

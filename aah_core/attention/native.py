@@ -6,7 +6,7 @@ per score on blocks of 32 queries and c + w - 1 keys as on long rows (issue 26: 
 head's band directly, full heads as the widest band: the heads of a layer in one call, no block views, no
 copies, no split of a causal head and merge, its threads dealt equal work. It is float32 only, with a backward
 (BandAttention) that recomputes each tile's probabilities from the saved log-sum-exps. banded.attend uses it for
-calls without dropout and sink tokens, with or without a gradient, for the heads where it measured faster
+calls without dropout, with or without a gradient or sink tokens, for the heads where it measured faster
 (banded.NATIVE_MAX_WORK), and keeps ATen for the others and for everything else.
 
 The source is compiled once per process (about 0.3 s) into a private temporary folder with the host's
@@ -67,7 +67,7 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"could not build and load {SOURCE.name} with {cc}: {exc}"
     shape: list[Any] = [ctypes.POINTER(ctypes.c_int64), *[ctypes.c_int64] * 4, ctypes.POINTER(ctypes.c_int64),
-                        ctypes.c_float, ctypes.c_int]  # strides, B, H, T, D, windows, scale, threads
+                        ctypes.c_int64, ctypes.c_float, ctypes.c_int]  # strides, B, H, T, D, windows, sinks, scale, threads
     for fn, pointers in ((lib.aah_band_attention, 5), (lib.aah_band_attention_backward, 9)):
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p] * pointers + shape
@@ -101,11 +101,12 @@ def usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
 
 
 def band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...],
-                   scale: float | None, out: torch.Tensor, lse: torch.Tensor | None = None) -> None:
+                   scale: float | None, out: torch.Tensor, lse: torch.Tensor | None = None, sinks: int = 0) -> None:
     """Write into out [B, H, T, D] (rows contiguous) the windowed attention of every head whose window is not 0
-    (a window >= T: causal attention); rows of heads with window 0 are left as they are. q, k, v: [B, H, T, D],
-    float32, CPU, D a multiple of 16 (usable()). lse: None, or a contiguous float32 [B, H, T] to get each row's
-    log-sum-exp of its scaled scores (what band_attention_backward takes)."""
+    (a window >= T: causal attention), every query also seeing the first `sinks` keys; rows of heads with window 0
+    are left as they are. q, k, v: [B, H, T, D], float32, CPU, D a multiple of 16 (usable()). lse: None, or a
+    contiguous float32 [B, H, T] to get each row's log-sum-exp of its scaled scores (what
+    band_attention_backward takes)."""
     lib = _library()[0]
     assert lib is not None, "call usable() first"
     B, H, T, D = q.shape
@@ -113,13 +114,13 @@ def band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: t
         raise ValueError(f"lse must be a contiguous float32 [B, H, T] = {(B, H, T)}, not {tuple(lse.shape)}")
     strides = (ctypes.c_int64 * 12)(*(s for t in (q, k, v, out) for s in t.stride()[:3]))
     rc = lib.aah_band_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                                None if lse is None else lse.data_ptr(), strides, *_shape(q, windows, scale))
+                                None if lse is None else lse.data_ptr(), strides, *_shape(q, windows, sinks, scale))
     if rc != 0:
         raise RuntimeError(f"band_kernel.c returned {rc} for q {tuple(q.shape)} and windows {windows}")
 
 
 def band_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                            grad: torch.Tensor, windows: tuple[int, ...], scale: float | None,
+                            grad: torch.Tensor, windows: tuple[int, ...], scale: float | None, sinks: int = 0,
                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of q, k, v from `grad`, the gradient of band_attention's `out` (with its `lse`), every window
     at least 1. Each comes laid out (B, T, H, D), as the model's fused projection is."""
@@ -133,16 +134,17 @@ def band_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
     tensors = (q, k, v, out, grad, dq, dk, dv)
     strides = (ctypes.c_int64 * 24)(*(s for t in tensors for s in t.stride()[:3]))
     rc = lib.aah_band_attention_backward(*(t.data_ptr() for t in tensors[:5]), lse.data_ptr(),
-                                         *(t.data_ptr() for t in tensors[5:]), strides, *_shape(q, windows, scale))
+                                         *(t.data_ptr() for t in tensors[5:]), strides, *_shape(q, windows, sinks, scale))
     if rc != 0:
         raise RuntimeError(f"band_kernel.c's backward returned {rc} for q {tuple(q.shape)} and windows {windows}")
     return dq, dk, dv
 
 
-def _shape(q: torch.Tensor, windows: tuple[int, ...], scale: float | None) -> tuple:
-    """The kernel's arguments after the strides: B, H, T, D, windows, scale, threads."""
+def _shape(q: torch.Tensor, windows: tuple[int, ...], sinks: int, scale: float | None) -> tuple:
+    """The kernel's arguments after the strides: B, H, T, D, windows, sinks, scale, threads."""
     B, H, T, D = q.shape
-    return (B, H, T, D, (ctypes.c_int64 * H)(*windows), D**-0.5 if scale is None else scale, torch.get_num_threads())
+    return (B, H, T, D, (ctypes.c_int64 * H)(*windows), sinks, D**-0.5 if scale is None else scale,
+            torch.get_num_threads())
 
 
 class BandAttention(torch.autograd.Function):
@@ -151,20 +153,20 @@ class BandAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...],
-                scale: float | None) -> torch.Tensor:
+                scale: float | None, sinks: int = 0) -> torch.Tensor:
         B, H, T, D = q.shape
         out = q.new_empty(B, T, H, D).transpose(1, 2)  # laid out as SDPA's: the model's reshape is a view
         lse = q.new_empty(B, H, T)
-        band_attention(q, k, v, windows, scale, out, lse)
+        band_attention(q, k, v, windows, scale, out, lse, sinks)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.windows, ctx.scale = windows, scale
+        ctx.windows, ctx.scale, ctx.sinks = windows, scale, sinks
         return out
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None, None]:
         q, k, v, out, lse = ctx.saved_tensors
-        return (*band_attention_backward(q, k, v, out, lse, grad, ctx.windows, ctx.scale), None, None)
+        return (*band_attention_backward(q, k, v, out, lse, grad, ctx.windows, ctx.scale, ctx.sinks), None, None, None)
 
 
 def merges(out: torch.Tensor) -> bool:

@@ -1,9 +1,9 @@
 """The C kernel for windowed heads (aah_core/attention/native.py, band_kernel.c) against the float64 reference.
 
-banded.attend sends a call there when it has no dropout and no sinks and is float32 on CPU (under autograd, when
-the kernel takes every head); these tests check the kernel's rows and gradients on their own (every edge of a
-tile and of a window, strided inputs, one and two threads, concurrent callers), that banded routes exactly those
-calls to it, and that a machine without the kernel says why and keeps ATen.
+banded.attend sends it the heads it takes (min(window + sinks, T) * D up to NATIVE_MAX_WORK) of a call without
+dropout, float32 on CPU, with or without a gradient; these tests check the kernel's rows and gradients on their own
+(every edge of a tile, of a window and of the sink keys, strided inputs, several threads, concurrent callers), that
+banded routes exactly those calls to it, and that a machine without the kernel says why and keeps ATen.
 """
 
 import threading
@@ -57,7 +57,7 @@ def test_kernel_rows_match_the_float64_reference(case, threads):
             assert bool((out[:, h] == 7.0).all())
 
 
-def _grads_against_reference(B, H, T, D, windows, scale=None, threads=None, seed=0, atol=1e-5):
+def _grads_against_reference(B, H, T, D, windows, scale=None, threads=None, seed=0, atol=1e-5, sinks=0):
     """Output and gradients of one call through banded (the kernel's forward and backward) against the float64
     reference, q, k, v being views of one fused projection as in the model."""
     g = torch.Generator().manual_seed(seed)
@@ -67,13 +67,13 @@ def _grads_against_reference(B, H, T, D, windows, scale=None, threads=None, seed
     torch.set_num_threads(threads or before)
     try:
         heads = fused.transpose(1, 2)
-        out = banded.attend(heads[:, :H], heads[:, H : 2 * H], heads[:, 2 * H :], tuple(windows), 0.0, scale)
+        out = banded.attend(heads[:, :H], heads[:, H : 2 * H], heads[:, 2 * H :], tuple(windows), 0.0, scale, sinks)
         out.backward(grad)
     finally:
         torch.set_num_threads(before)
     exact = fused.detach().double().requires_grad_(True)
     heads = exact.transpose(1, 2)
-    want = reference.attend(heads[:, :H], heads[:, H : 2 * H], heads[:, 2 * H :], tuple(windows), 0.0, scale)
+    want = reference.attend(heads[:, :H], heads[:, H : 2 * H], heads[:, 2 * H :], tuple(windows), 0.0, scale, sinks)
     want.backward(grad.double())
     assert type(out.grad_fn).__name__ == "BandAttentionBackward"
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=atol)
@@ -87,6 +87,30 @@ def test_kernel_gradients_match_the_float64_reference(case, threads):
     and dv under a lock, runs of two threads sharing keys) at every edge the forward is tested at."""
     B, H, T, D, windows = CASES[case]
     _grads_against_reference(B, H, T, D, [w or 1 for w in windows], threads=threads)
+
+
+# (B, H, T, D, windows, sinks): sinks apart from every window, reaching into some, past T, and as many as a tile
+SINK_CASES = {
+    "apart": (2, 3, 150, 32, [1, 20, 33], 4),
+    "window-reaches-them": (1, 3, 90, 16, [2, 30, 89], 40),
+    "more-than-T": (1, 2, 20, 16, [3, 4], 100),
+    "a-tile-of-sinks": (2, 2, 64, 16, [16, 17], 16),
+    "long": (1, 2, 1100, 32, [1100, 300], 3),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5])
+@pytest.mark.parametrize("case", list(SINK_CASES), ids=list(SINK_CASES))
+def test_kernel_with_sink_keys_matches_the_float64_reference(case, threads):
+    """Every query also sees keys 0 .. sinks-1 (StreamingLLM's sinks): a tile reads the sinks, then its window
+    (one range when the window reaches them); output and gradients, runs of threads sharing the sinks' rows."""
+    B, H, T, D, windows, sinks = SINK_CASES[case]
+    _grads_against_reference(B, H, T, D, windows, threads=threads, sinks=sinks)
+    q, k, v = _strided_qkv(B, H, T, D)
+    with torch.no_grad():
+        out = banded.attend(q, k, v, tuple(windows), 0.0, None, sinks)
+    want = reference.attend(q.double(), k.double(), v.double(), tuple(windows), 0.0, None, sinks)
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_kernel_gradients_with_a_scale_large_scores_and_many_threads():
@@ -169,9 +193,9 @@ def kernel_calls(monkeypatch):
     calls = []
     real = native.band_attention
 
-    def counted(q, k, v, windows, scale, out, lse=None):
+    def counted(q, k, v, windows, scale, out, lse=None, sinks=0):
         calls.append(windows)
-        return real(q, k, v, windows, scale, out, lse)
+        return real(q, k, v, windows, scale, out, lse, sinks)
 
     monkeypatch.setattr(native, "band_attention", counted)
     return calls
@@ -214,14 +238,12 @@ def test_under_autograd_the_kernel_takes_its_heads_and_aten_the_others(kernel_ca
     assert kernel_calls == [tuple(w for w in windows if w <= 32)]
 
 
-@pytest.mark.parametrize("why", ["sinks", "dropout", "float64", "too wide", "D not a multiple of 16"])
+@pytest.mark.parametrize("why", ["dropout", "float64", "too wide", "D not a multiple of 16"])
 @pytest.mark.parametrize("grad", [False, True], ids=["inference", "grad"])
 def test_banded_keeps_aten_for_what_the_kernel_does_not_do(kernel_calls, monkeypatch, why, grad):
     q, k, v = _strided_qkv(1, 2, 64, 16)
     windows, kwargs = [8, 64], {}
-    if why == "sinks":
-        kwargs["sinks"] = 2
-    elif why == "dropout":
+    if why == "dropout":
         kwargs["dropout_p"] = 0.1
     elif why == "float64":
         q, k, v = q.double(), k.double(), v.double()
