@@ -31,43 +31,7 @@
    GCC/Clang vector extensions (vector_size(64)): AVX-512 registers where the CPU has them, two AVX2 halves
    otherwise; the compiler is asked for the host's instruction set (-march=native). */
 
-#include <math.h>
-#include <pthread.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-typedef float vf __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
-typedef float vfu __attribute__((vector_size(64), aligned(4))); /* an unaligned load or store of 16 floats */
-#define VL 16
-#define MAX_THREADS 256
-
-/* exp(x) per lane for x <= 0, or -inf (gives 0): exp(x) = 2^n exp(r), r = x - n ln2 in [-ln2/2, ln2/2],
-   exp(r) by its Taylor series to r^6 (relative error under 2e-7 there). */
-static inline vf exp_lanes(vf x) {
-    const vi keep = x > -87.0f; /* exp(-87) is the smallest normal float's order; below it (and -inf, NaN): 0 */
-    const vf floor_ = (vf){0} - 87.0f;
-    x = (vf)(((vi)x & keep) | ((vi)floor_ & ~keep));
-    vf t = x * 1.44269504088896341f;                       /* x / ln 2 <= 0 */
-    vi n = __builtin_convertvector(t - 0.5f, vi);          /* nearest integer (t <= 0: truncation of t - 1/2) */
-    vf nf = __builtin_convertvector(n, vf);
-    vf r = x - nf * 0.693359375f;                          /* ln 2 in two parts: n * hi is exact */
-    r = r + nf * 2.12194440e-4f;
-    vf p = r * (1.0f / 720) + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    vf two_n = (vf)((n + 127) << 23);                      /* n >= -126: a normal float */
-    return (vf)((vi)(p * two_n) & keep);
-}
-
-static inline vf max_lanes(vf a, vf b) {
-    vi a_bigger = a > b;
-    return (vf)(((vi)a & a_bigger) | ((vi)b & ~a_bigger));
-}
+#include "kernel.h"
 
 typedef struct {
     const float *q, *k, *v, *g; /* g: the output's gradient (backward) */
@@ -376,38 +340,6 @@ static void *work(void *arg) {
     return NULL;
 }
 
-/* Buffers kept from call to call: a fresh multi-megabyte malloc is mapped anew each time, and its first touch
-   of every page faults (hundreds of faults a call). A call takes what it needs and gives it back. */
-#define POOL 64
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *pool[POOL];
-static size_t pool_bytes[POOL];
-static int pooled = 0;
-
-static void *take(size_t bytes, size_t *held) {
-    void *p = NULL;
-    size_t have = 0;
-    pthread_mutex_lock(&pool_lock);
-    if (pooled > 0) --pooled, p = pool[pooled], have = pool_bytes[pooled];
-    pthread_mutex_unlock(&pool_lock);
-    if (p != NULL && have >= bytes) {
-        *held = have;
-        return p;
-    }
-    free(p);
-    bytes = (bytes + 63) / 64 * 64;
-    *held = bytes;
-    return aligned_alloc(64, bytes);
-}
-
-static void give(void *p, size_t bytes) {
-    if (p == NULL) return;
-    pthread_mutex_lock(&pool_lock);
-    if (pooled < POOL) pool[pooled] = p, pool_bytes[pooled] = bytes, ++pooled, p = NULL;
-    pthread_mutex_unlock(&pool_lock);
-    free(p);
-}
-
 /* Runs `proto` (every field but the thread's own: first, last, items, scratch, packed) over the tiles of every
    (sequence, head) whose window is not 0, on `threads` threads. Returns 0, or -1 for bad arguments, -2 when
    memory ran out. */
@@ -450,8 +382,6 @@ static int run_heads(const job_t *proto, int64_t B, int threads) {
     /* k and v of a run; backward also its dk and dv, and those of the thread's first run when others share it */
     const int64_t packed_rows = (proto->backward ? 6 : 2) * run_rows;
     job_t jobs[MAX_THREADS];
-    pthread_t ids[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
     size_t held[MAX_THREADS];
     int64_t first = 0, failed = 0;
     for (int t = 0; t < threads; t++) {
@@ -470,14 +400,7 @@ static int run_heads(const job_t *proto, int64_t B, int threads) {
         if (!J->scratch) failed = 1;
     }
     if (!failed) {
-        for (int t = 1; t < threads; t++) started[t] = pthread_create(&ids[t], NULL, work, &jobs[t]) == 0;
-        work(&jobs[0]);
-        for (int t = 1; t < threads; t++) {
-            if (started[t])
-                pthread_join(ids[t], NULL);
-            else
-                work(&jobs[t]); /* no thread to be had: this one does that share too */
-        }
+        run_threads(work, jobs, sizeof jobs[0], threads);
         for (int t = 0; t < threads; t++)
             for (int i = 0; i < jobs[t].n_kept; i++)
                 add_key_rows(&jobs[t], jobs[t].kept[i].b, jobs[t].kept[i].h, jobs[t].kept[i].first, jobs[t].kept[i].last,
@@ -517,31 +440,4 @@ int aah_band_attention_backward(const float *q, const float *k, const float *v, 
     int64_t *fields[8] = {J.qs, J.ks, J.vs, J.os, J.gs, J.dqs, J.dks, J.dvs};
     for (int i = 0; i < 8; i++) memcpy(fields[i], strides + 3 * i, 3 * sizeof(int64_t));
     return run_heads(&J, B, threads);
-}
-
-/* The causal attention of rows h .. 2h-1 from its two parts, merged by their log-sum-exps (banded.balanced_causal):
-   `near` attended keys h .. i (lse near_lse), `far` keys 0 .. h-1 (lse far_lse); out = (e^near_lse near +
-   e^far_lse far) / (e^near_lse + e^far_lse). Also copies `first` (rows 0 .. h-1, already final) into out.
-   Every matrix is [B, H, h, D] with (sequence, head, row) strides in elements, rows contiguous; the lses are
-   [B, H, h] with their (sequence, head, row) strides. One thread: 2 h D elements, too few to wake another. */
-void aah_merge_halves(const float *first, const float *near, const float *near_lse, const float *far,
-                      const float *far_lse, float *out, const int64_t *strides, int64_t B, int64_t H, int64_t h,
-                      int64_t D) {
-    const int64_t *fs = strides, *ns = strides + 3, *nls = strides + 6, *xs = strides + 9, *xls = strides + 12,
-                  *os = strides + 15;
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t hd = 0; hd < H; hd++)
-            for (int64_t i = 0; i < h; i++) {
-                const float *f = first + b * fs[0] + hd * fs[1] + i * fs[2];
-                float *o_first = out + b * os[0] + hd * os[1] + i * os[2];
-                memcpy(o_first, f, (size_t)D * sizeof(float));
-                const float a = near_lse[b * nls[0] + hd * nls[1] + i * nls[2]];
-                const float c = far_lse[b * xls[0] + hd * xls[1] + i * xls[2]];
-                const float m = a > c ? a : c;
-                const float wa = expf(a - m), wc = expf(c - m), norm = 1.0f / (wa + wc);
-                const float *n = near + b * ns[0] + hd * ns[1] + i * ns[2];
-                const float *x = far + b * xs[0] + hd * xs[1] + i * xs[2];
-                float *o = out + b * os[0] + hd * os[1] + (h + i) * os[2];
-                for (int64_t d = 0; d < D; d++) o[d] = (wa * n[d] + wc * x[d]) * norm;
-            }
 }

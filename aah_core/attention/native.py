@@ -1,4 +1,4 @@
-"""A CPU forward's attention heads in one C call (band_kernel.c), built on first use with the machine's compiler.
+"""CPU attention in C (band_kernel.c, decode_kernel.c, kernel.c), built on first use with the machine's compiler.
 
 ATen's CPU flash kernel, which the banded backend runs a window's blocks through, costs about twice as much
 per score on blocks of 32 queries and c + w - 1 keys as on long rows (issue 26: at T = 4096, D = 32 a window of
@@ -7,9 +7,10 @@ head's band directly, full heads as the widest band: the heads of a layer in one
 copies, no split of a causal head and merge, its threads dealt equal work. It is float32 only, with a backward
 (BandAttention) that recomputes each tile's probabilities from the saved log-sum-exps. banded.attend uses it for
 calls without dropout, with or without a gradient or sink tokens, for the heads where it measured faster
-(banded.NATIVE_MAX_WORK), and keeps ATen for the others and for everything else.
+(banded.NATIVE_MAX_WORK), and keeps ATen for the others and for everything else. decode_kernel.c is a decoding
+step's attention over a KV cache's rings (inference/kvcache.py), one call per layer.
 
-The source is compiled once per process (about 0.3 s) into a private temporary folder with the host's
+The sources are compiled once per process (about 0.3 s) into a private temporary folder with the host's
 instruction set (-march=native), loaded with ctypes and the file removed; nothing is cached on disk, so a
 shared home folder never hands one machine another machine's build. Without a C compiler, on a CPU without
 AVX2, or with AAH_NATIVE_ATTENTION=0 in the environment, `available()` says why and banded keeps ATen.
@@ -33,7 +34,8 @@ from torch.autograd.function import once_differentiable
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("band_kernel.c")
+# one library from these (and kernel.h): windowed attention, decoding steps, the pool and threads they share
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("band_kernel.c", "decode_kernel.c", "kernel.c"))
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-pthread")
 _lock = threading.Lock()
 _built: tuple[ctypes.CDLL | None, str] | None = None  # (library, "") or (None, why not)
@@ -57,20 +59,24 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
         return None, "no C compiler (cc, gcc or clang; or $CC) on PATH"
     try:  # (a full disk, no temporary folder, a folder mounted noexec: ATen it is, for this process)
         with tempfile.TemporaryDirectory(prefix="aah-kernel-") as folder:
-            target = Path(folder) / "band_kernel.so"
-            done = subprocess.run([cc, *FLAGS, "-o", str(target), str(SOURCE), "-lm"], capture_output=True,
+            target = Path(folder) / "aah_kernels.so"
+            done = subprocess.run([cc, *FLAGS, "-o", str(target), *map(str, SOURCES), "-lm"], capture_output=True,
                                   text=True, timeout=120)
             if done.returncode != 0:
                 first = (done.stderr.strip().splitlines() or [""])[0][:300]
-                return None, f"{cc} could not build {SOURCE.name}: {first}"
+                return None, f"{cc} could not build {SOURCES[0].parent.name}/*.c: {first}"
             lib = ctypes.CDLL(str(target))  # mapped: the file can go with its folder
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"could not build and load {SOURCE.name} with {cc}: {exc}"
+        return None, f"could not build and load {SOURCES[0].parent.name}/*.c with {cc}: {exc}"
     shape: list[Any] = [ctypes.POINTER(ctypes.c_int64), *[ctypes.c_int64] * 4, ctypes.POINTER(ctypes.c_int64),
                         ctypes.c_int64, ctypes.c_float, ctypes.c_int]  # strides, B, H, T, D, windows, sinks, scale, threads
     for fn, pointers in ((lib.aah_band_attention, 5), (lib.aah_band_attention_backward, 9)):
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p] * pointers + shape
+    decode = lib.aah_decode_attention
+    decode.restype = ctypes.c_int
+    decode.argtypes = [ctypes.c_void_p] * 4 + [ctypes.POINTER(ctypes.c_int64)] + [ctypes.c_int64] * 4 + [
+        ctypes.POINTER(ctypes.c_int64)] * 2 + [ctypes.c_float, ctypes.c_int]
     merge = lib.aah_merge_halves
     merge.restype = None
     merge.argtypes = [ctypes.c_void_p] * 6 + [ctypes.POINTER(ctypes.c_int64)] + [ctypes.c_int64] * 4
@@ -167,6 +173,32 @@ class BandAttention(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None, None]:
         q, k, v, out, lse = ctx.saved_tensors
         return (*band_attention_backward(q, k, v, out, lse, grad, ctx.windows, ctx.scale, ctx.sinks), None, None, None)
+
+
+def decodes(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether decode_attention takes a step's q [B, H, 1, D] over a cache's k [B, slots, D] here."""
+    D = q.shape[-1]
+    return (q.device.type == "cpu" and q.dtype == k.dtype == torch.float32 and q.stride(-1) == 1 and k.is_contiguous()
+            and D % 16 == 0 and D <= 128 and _library()[0] is not None)
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rings: Any, scale: float | None,
+                     threads: int) -> torch.Tensor:
+    """One decoding step's attention: q [B, H, 1, D] against a cache's k, v [B, slots, D] (contiguous), kv head j
+    seeing every slot of its ring; rings: (first, length), two ctypes int64 arrays of the kv heads' first slots
+    and slot counts (query heads j*g .. (j+1)*g - 1 read kv head j). float32 on CPU (decodes()). Returns
+    [B, H, 1, D]."""
+    lib = _library()[0]
+    assert lib is not None, "call decodes() first"
+    B, H, _, D = q.shape
+    first, length = rings
+    out = q.new_empty(B, H, 1, D)
+    strides = (ctypes.c_int64 * 8)(q.stride(0), q.stride(1), *k.stride()[:2], *v.stride()[:2], out.stride(0), out.stride(1))
+    rc = lib.aah_decode_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), strides, B, len(first),
+                                  H // len(first), D, first, length, D**-0.5 if scale is None else scale, threads)
+    if rc != 0:
+        raise RuntimeError(f"decode_kernel.c returned {rc} for q {tuple(q.shape)} and k {tuple(k.shape)}")
+    return out
 
 
 def merges(out: torch.Tensor) -> bool:

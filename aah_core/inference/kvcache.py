@@ -19,6 +19,10 @@ attends in one of two ways, chosen per layer shape when the prompt arrives (choo
 - 'buckets': one call per distinct kv window over that window's [B, n_b, capacity, D] view of the
   buffer (no copy); the per-step Python loop runs over windows, never over heads.
 
+On CPU in float32 (head sizes that are multiples of 16, up to 128), when no query head needs a mask (no sinks,
+none seeing less than its kv head), a step is neither: ONE call of native.decode_attention (decode_kernel.c) reads
+each kv head's ring where it lies, its (sequence, kv head) items dealt to the threads by their slots.
+
 Sink tokens (a model with s > 0): every ring also keeps the first s positions for good. Its first
 s slots hold them, and position p >= s lives in slot s + (p - s) mod W, so a head holds
 min(t, W + s) positions and a query head sees a slot when it is inside its window or holds a
@@ -39,6 +43,7 @@ position each.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 from collections.abc import Sequence
@@ -47,6 +52,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+import aah_core.attention.native as native
 from aah_core.attention import windowed_attention
 from aah_core.errors import InvalidWindowPlan
 from aah_core.inference.threads import all_threads
@@ -208,6 +214,9 @@ class LayerKVCache:
         self.held: torch.Tensor | None = None  # (slots,) the position each slot holds (EMPTY: none)
         self._tracks_held = True  # settled with `decode`: only masks read `held` (flat, masked buckets, sinks)
         self._bucket_heads = [b.n for b in self.buckets]
+        self._native: bool | None = None  # steps through native.decode_attention (settled by the first step)
+        self._ring_first: ctypes.Array | None = None  # its kv heads' first slots, per layout
+        self._ring_caps: list[int] = []  # and their capacities
         self.start = 0  # positions seen
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -226,7 +235,7 @@ class LayerKVCache:
 
     def _relayout(self, capacity: int, device: torch.device) -> _Layout:
         self.capacity = capacity
-        self._bias, self._settled = None, False
+        self._bias, self._settled, self._ring_first = None, False, None
         self.layout = _layout(tuple(self.kv_windows), tuple(map(tuple, self._q_windows.tolist())), capacity,
                               tuple(self._spans.tolist()), tuple(self._order.tolist()), device)
         first = 0
@@ -298,6 +307,10 @@ class LayerKVCache:
         final = self._settled and self.capacity >= self.max_window and not self._always_masked
         if self.held is not None and not final:  # once final, no mask reads `held` again
             self.held.index_fill_(0, slots, pos)
+        if self._native is None:  # every query head sees its kv head's whole ring: no mask to apply
+            self._native = not self._always_masked and native.decodes(q, self.k)
+        if self._native:
+            return self._native_step(q, scale)
         if self.decode == "buckets":
             return self._bucket_step(q, scale)
         scores = torch.baddbmm(self._flat_bias(pos, slots), q.reshape(B, H, D), self.k.transpose(1, 2),
@@ -320,6 +333,23 @@ class LayerKVCache:
         elif pos < self.max_window:  # a ring still fills (after that a write replaces a visible slot)
             self._bias.index_copy_(1, slots, self._opened)
         return self._bias
+
+    def _native_step(self, q: torch.Tensor, scale: float | None) -> torch.Tensor:
+        """One call of native.decode_attention for every kv head's ring (the buckets' SDPA calls, one per window,
+        cost 15-30 us each beyond their work at batch 1)."""
+        lay = self.layout
+        assert lay is not None and self.k is not None and self.v is not None
+        if self._ring_first is None:
+            self._ring_first = (ctypes.c_int64 * self.n_kv_head)(*lay.offsets.tolist())
+            self._ring_caps = lay.capacities.tolist()
+        held = [min(self.start + 1, c) for c in self._ring_caps]  # slots held: each ring's first ones
+        B, D = q.shape[0], q.shape[-1]
+        threads = 1
+        if B * self.n_kv_head > 1 and B * self.group * sum(held) * D >= PARALLEL_CALL_WORK:
+            with all_threads():
+                threads = torch.get_num_threads()
+        rings = (self._ring_first, (ctypes.c_int64 * self.n_kv_head)(*held))
+        return native.decode_attention(q, self.k, self.v, rings, scale, threads)
 
     def _bucket_step(self, q: torch.Tensor, scale: float | None) -> torch.Tensor:
         """One SDPA call per kv window over that bucket's [B, n_b, capacity, D] view of the buffer."""

@@ -263,13 +263,13 @@ def test_the_kernel_turned_off_or_unbuildable_says_why(monkeypatch, tmp_path):
     monkeypatch.delenv("AAH_NATIVE_ATTENTION")
     broken = tmp_path / "band_kernel.c"
     broken.write_text("this is not C\n")
-    monkeypatch.setattr(native, "SOURCE", broken)
+    monkeypatch.setattr(native, "SOURCES", (broken,))
     lib, reason = native._build()
-    assert lib is None and "could not build band_kernel.c: " in reason
-    monkeypatch.setattr(native, "SOURCE", native.Path(__file__))  # (any source: the build never starts)
+    assert lib is None and f"could not build {tmp_path.name}/*.c: " in reason
+    monkeypatch.setattr(native, "SOURCES", (native.Path(__file__),))  # (any source: the build never starts)
     monkeypatch.setattr(native.tempfile, "tempdir", str(tmp_path / "gone"))  # no temporary folder (a full disk)
     lib, reason = native._build()
-    assert lib is None and reason.startswith("could not build and load test_attention_native.py with ")
+    assert lib is None and reason.startswith("could not build and load core/*.c with ")
     monkeypatch.setattr(native.shutil, "which", lambda name: None)
     assert native._build() == (None, "no C compiler (cc, gcc or clang; or $CC) on PATH")
 
@@ -301,3 +301,28 @@ def test_balanced_causal_halves_merge_in_c(monkeypatch, B, H, T):
     assert merged == [1, 1]
     for got in (fresh, out):
         torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("B, group, D, lengths", [(1, 1, 16, (1, 5, 16, 17)), (3, 2, 32, (40, 3)),
+                                                   (2, 3, 128, (100,)), (2, 1, 64, (7, 300, 33, 1, 64))])
+def test_decode_attention_matches_the_float64_reference(threads, B, group, D, lengths):
+    """One query per head against its kv head's ring (native.decode_attention): rings at any offset of the
+    buffer, of any length, grouped query heads, a query laid out as the model's fused projection."""
+    import ctypes
+
+    g = torch.Generator().manual_seed(B * D + len(lengths))
+    n = len(lengths)
+    first = [sum(lengths[:j]) + 3 * j for j in range(n)]  # rings apart, slots between them unread
+    slots = first[-1] + lengths[-1] + 2
+    k, v = (torch.randn(B, slots, D, generator=g) for _ in range(2))
+    q = torch.randn(B, 1, 3 * n * group, D, generator=g).transpose(1, 2)[:, : n * group]  # (B, H, 1, D), strided
+    rings = ((ctypes.c_int64 * n)(*first), (ctypes.c_int64 * n)(*lengths))
+    out = native.decode_attention(q, k, v, rings, None, threads)
+    for j in range(n):
+        keys = k[:, first[j] : first[j] + lengths[j]].double()
+        values = v[:, first[j] : first[j] + lengths[j]].double()
+        heads = q[:, j * group : (j + 1) * group, 0].double()  # (B, g, D)
+        probs = torch.softmax(heads @ keys.transpose(1, 2) / D**0.5, dim=-1)  # (B, g, L)
+        torch.testing.assert_close(out[:, j * group : (j + 1) * group, 0].double(), probs @ values,
+                                   rtol=1e-5, atol=1e-5)

@@ -120,3 +120,37 @@ def test_auto_decode_is_chosen_by_the_layer_shape_when_the_prompt_arrives():
     assert cache.decode == "auto"
     cache.attend(*(torch.randn(1, 4, 5, 64) for _ in range(3)))
     assert cache.decode == "flat"
+
+
+@pytest.mark.parametrize("windows, n_kv_head, sinks, native_steps", [
+    ((3, 17, 64, 1, 5, 33), 6, 0, True),
+    ((12, 12, 40, 40), 2, 0, True),  # grouped query heads that see all of their kv head
+    ((64, 64), 2, 0, True),
+    ((3, 7, 5, 5), 2, 0, False),  # a query head sees less than its kv head: masks, so SDPA
+    ((3, 17), 2, 2, False),  # sinks: masks
+])
+@pytest.mark.parametrize("prompt_len", [1, 20])
+def test_float32_decode_steps_run_in_c_where_no_head_needs_a_mask(monkeypatch, windows, n_kv_head, sinks,
+                                                                     native_steps, prompt_len):
+    """A float32 cache on CPU whose query heads each see all of their kv head's ring (no sinks) decodes in one call
+    of native.decode_attention a step (rings growing by doubling, then full); against the float64 reference."""
+    from aah_core.attention import native
+
+    if not native.available()[0]:
+        pytest.skip(f"no native kernel here: {native.available()[1]}")
+    calls = []
+    real = native.decode_attention
+    monkeypatch.setattr(native, "decode_attention", lambda *a: calls.append(1) or real(*a))
+    gen = torch.Generator().manual_seed(7)
+    H, D = len(windows), 16
+    q, k, v = (torch.randn(2, h, N_STEPS, D, generator=gen) for h in (H, n_kv_head, n_kv_head))
+    group = H // n_kv_head
+    ref = windowed_attention(q.double(), k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1),
+                             windows, backend="reference", sinks=sinks)
+    cache = LayerKVCache(windows, n_kv_head=n_kv_head, max_len=64, sinks=sinks)
+    outs = [cache.attend(q[:, :, :prompt_len], k[:, :, :prompt_len], v[:, :, :prompt_len])]
+    for t in range(prompt_len, N_STEPS):
+        outs.append(cache.attend(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1]))
+    torch.testing.assert_close(torch.cat(outs, dim=2).double(), ref, rtol=1e-5, atol=1e-5)
+    assert len(calls) == (N_STEPS - prompt_len if native_steps else 0)
+
