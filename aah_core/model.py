@@ -7,6 +7,7 @@ The plan is an integer tensor [n_layer, n_head]; layer l's attention gets row l.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -19,6 +20,8 @@ from aah_core.attention.reference import attention_probs as reference_probs
 from aah_core.data.tokenizers import Tokenizer
 from aah_core.errors import AAHError
 from aah_core.head_loss import head_token_losses
+from aah_core.inference.block_step import BlockStep
+from aah_core.inference.kvcache import LayerKVCache
 from aah_core.model_api import LayerCache
 from aah_core.model_config import ModelConfig
 from aah_core.windows import full_plan
@@ -143,6 +146,7 @@ class Block(nn.Module):
         self.attn = WindowedSelfAttention(cfg, layer)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = MLP(cfg)
+        self._c_step: tuple[weakref.ref, BlockStep | None] | None = None  # (the cache it was prepared for, the step)
 
     def forward(
         self, x: torch.Tensor, windows: tuple[int, ...], backend: str, cache: LayerCache | None = None,
@@ -155,10 +159,17 @@ class Block(nn.Module):
         """forward() through a KV cache, in eval mode (no dropout), with functional calls on 2-D rows: a decode
         step is a few dozen small operations per layer whose fixed cost (Python, dispatch, allocation) is most
         of their time, so each step here is one operation where the math allows (the residual adds ride in
-        addmm; on CPU the GELU in the MLP's first addmm)."""
+        addmm; on CPU the GELU in the MLP's first addmm). A float32 step on CPU whose cache reads its rings
+        without masks is one C call (inference/block_step.py)."""
         B, T, C = x.shape
-        attn, mlp = self.attn, self.mlp
         rows = x.reshape(B * T, C)
+        if T == 1 and not torch.is_grad_enabled() and isinstance(cache, LayerKVCache):
+            step = self._step_in_c(cache)
+            if step is not None and rows.dtype == torch.float32:
+                out = cache.step_block(step, rows.contiguous())
+                if out is not None:
+                    return out.view(B, T, C)
+        attn, mlp = self.attn, self.mlp
         if T == 1 and attn.rotary is not None and attn.observer is None and x.dtype in _STEP_DTYPES:
             H, D = attn.n_head, C // attn.n_head
             qkv = F.linear(_norm(self.ln1, rows), attn.qkv.weight)  # (B, 3C): rows of q | k | v heads
@@ -178,6 +189,13 @@ class Block(nn.Module):
         else:
             h = F.gelu(F.linear(h, mlp.fc.weight, mlp.fc.bias))
         return torch.addmm(rows, h, mlp.proj.weight.t()).add_(mlp.proj.bias).view(B, T, C)
+
+    def _step_in_c(self, cache: LayerCache) -> BlockStep | None:
+        """This block's steps in C (inference/block_step.py) for `cache`, or None: decided and prepared at a
+        cache's first step, so a model moved, cast or given an observer between generations is read again."""
+        if self._c_step is None or self._c_step[0]() is not cache:
+            self._c_step = weakref.ref(cache), BlockStep(self) if BlockStep.takes(self) else None
+        return self._c_step[1]
 
 
 _STEP_DTYPES = (torch.float32, torch.float64)  # Rotary.at rotates in the input's dtype: no bf16 / fp16 rounding
@@ -298,10 +316,11 @@ class WindowedGPT(nn.Module):
         """
         layers = range(start, self.config.n_layer if end is None else end)
         if cache is not None and not self.training:  # decoding (the cache knows its sinks): the lean path
+            blocks = cast(list[Block], list(self.blocks))  # (indexing an nn.ModuleList costs 10-20 us a block)
             for layer in layers:
                 if residuals is not None:
                     residuals.append(x)
-                x = self.block(layer).cached(x, cache[layer])
+                x = blocks[layer].cached(x, cache[layer])
             return x
         windows = plan.tolist()
         for layer in layers:

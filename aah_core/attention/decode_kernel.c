@@ -1,29 +1,20 @@
 /* One decoding step's attention on the CPU, float32 (aah_core/inference/kvcache.py calls it through
-   aah_core/attention/native.py): each query head reads its kv head's ring of a cache where it lies, one call for
-   every head of a layer, whatever their windows. Per (sequence, kv head): each query's scores against the ring's
-   keys (16 elements a vector, the lanes summed), exp and sum 16 at a time, then the values weighted by them. The
-   items are dealt to the threads in runs of about equal slots. */
+   aah_core/attention/native.py): the step's key and value go into each kv head's ring of a cache, and each query
+   head reads its kv head's ring where it lies, one call for every head of a layer, whatever their windows. Per
+   (sequence, kv head): the new key and value written, each query's scores against the ring's keys (16 elements a
+   vector, the lanes summed), exp and sum 16 at a time, then the values weighted by them. The items are dealt to
+   the threads in runs of about equal slots. */
 
 #include "kernel.h"
 
-static inline float sum_lanes(vf x) {
-    const vi half = {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7};
-    const vi quarter = {4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11};
-    const vi eighth = {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13};
-    const vi pair = {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14};
-    x += __builtin_shuffle(x, half);
-    x += __builtin_shuffle(x, quarter);
-    x += __builtin_shuffle(x, eighth);
-    x += __builtin_shuffle(x, pair);
-    return x[0];
-}
+#define MAX_HEADS 1024 /* kv heads a layer */
 
 typedef struct {
-    const float *q, *k, *v;
-    float *o;
-    int64_t qs[2], ks[2], vs[2], os[2]; /* strides: sequence, then head (q, o) or slot (k, v) */
+    const float *q, *k_new, *v_new;
+    float *k, *v, *o;
+    int64_t qs[2], kns[2], vns[2], ks[2], vs[2], os[2]; /* strides: sequence, then head (q, new, o) or slot (k, v) */
     int64_t n_kv, group, D;
-    const int64_t *first, *length;      /* per kv head: its slots first .. first + length - 1 */
+    const int64_t *first, *slot, *length; /* per kv head: its slots first .. first + length - 1, the new one's */
     float scale;
     int64_t item_first, item_last;      /* this thread's (sequence, kv head) items */
     float *scores;                      /* the longest ring's floats, rounded up to VL */
@@ -34,8 +25,10 @@ static void *decode_work(void *arg) {
     const int64_t D = J->D;
     for (int64_t item = J->item_first; item < J->item_last; item++) {
         const int64_t b = item / J->n_kv, j = item % J->n_kv, L = J->length[j];
-        const float *k = J->k + b * J->ks[0] + J->first[j] * J->ks[1];
-        const float *v = J->v + b * J->vs[0] + J->first[j] * J->vs[1];
+        float *k = J->k + b * J->ks[0] + J->first[j] * J->ks[1];
+        float *v = J->v + b * J->vs[0] + J->first[j] * J->vs[1];
+        memcpy(k + J->slot[j] * J->ks[1], J->k_new + b * J->kns[0] + j * J->kns[1], D * sizeof(float));
+        memcpy(v + J->slot[j] * J->vs[1], J->v_new + b * J->vns[0] + j * J->vns[1], D * sizeof(float));
         for (int64_t h = j * J->group; h < (j + 1) * J->group; h++) {
             const float *q = J->q + b * J->qs[0] + h * J->qs[1];
             float *o = J->o + b * J->os[0] + h * J->os[1];
@@ -74,24 +67,31 @@ static void *decode_work(void *arg) {
     return NULL;
 }
 
-/* One decoding step's attention over a cache: q [B, H, D] and o [B, H, D] (strides: sequence, head), k and v
-   [B, slots, D] (strides: sequence, slot; D contiguous, D a multiple of 16 up to 128); kv head j's ring is slots
-   first[j] .. first[j] + length[j] - 1, every slot of it seen by its `group` query heads j*group ..
-   (j+1)*group - 1 (no mask: the caller's rings hold exactly what each head sees). The (sequence, kv head) items
-   are dealt to `threads` threads in runs of about equal slots. Returns 0, -1 for bad arguments, -2 without
-   memory. */
-int aah_decode_attention(const float *q, const float *k, const float *v, float *o, const int64_t *strides, int64_t B,
-                         int64_t n_kv, int64_t group, int64_t D, const int64_t *first, const int64_t *length,
-                         float scale, int threads) {
-    if (B < 1 || n_kv < 1 || group < 1 || D < VL || D % VL || D > 8 * VL) return -1;
+/* One decoding step over a cache at position `pos`: q [B, H, D] and o [B, H, D], the step's keys and values
+   k_new, v_new [B, n_kv, D] (strides: sequence, head), the cache's k and v [B, slots, D] (strides: sequence,
+   slot; D contiguous, D a multiple of 16 up to 128). kv head j's ring is the `capacity[j]` slots from first[j];
+   position p lives in its slot p mod window[j] (a ring not yet grown to its window holds positions 0 ..
+   capacity[j] - 1 in order). The call writes k_new and v_new into position pos's slots, then attends: every slot
+   of the ring held (min(pos + 1, capacity[j]) slots) is seen by its `group` query heads j*group .. (j+1)*group -
+   1 (no mask: the caller's rings hold exactly what each head sees). The (sequence, kv head) items are dealt to
+   up to `threads` threads in runs of about equal slots when they read at least `parallel_work` floats of keys,
+   else one. Returns 0, -1 for bad arguments, -2 without memory. */
+int aah_decode_step(const float *q, const float *k_new, const float *v_new, float *k, float *v, float *o,
+                    const int64_t *strides, int64_t B, int64_t n_kv, int64_t group, int64_t D, const int64_t *first,
+                    const int64_t *capacity, const int64_t *window, int64_t pos, float scale, int threads,
+                    int64_t parallel_work) {
+    if (B < 1 || n_kv < 1 || n_kv > MAX_HEADS || group < 1 || D < VL || D % VL || D > 8 * VL || pos < 0) return -1;
+    int64_t slot[MAX_HEADS], length[MAX_HEADS];
     int64_t longest = 0, total = 0;
     for (int64_t j = 0; j < n_kv; j++) {
-        if (length[j] < 1 || first[j] < 0) return -1;
+        if (capacity[j] < 1 || first[j] < 0 || window[j] < 1) return -1;
+        slot[j] = pos % window[j], length[j] = pos + 1 < capacity[j] ? pos + 1 : capacity[j];
+        if (slot[j] >= capacity[j]) return -1; /* a ring not grown to hold this position */
         longest = length[j] > longest ? length[j] : longest;
         total += length[j] * B;
     }
     const int64_t items = B * n_kv;
-    if (threads < 1) threads = 1;
+    if (total * group * D < parallel_work || threads < 1) threads = 1;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     if (threads > items) threads = (int)items;
     decode_job_t jobs[MAX_THREADS];
@@ -100,11 +100,11 @@ int aah_decode_attention(const float *q, const float *k, const float *v, float *
     int64_t item = 0, done = 0;
     for (int t = 0; t < threads; t++) {
         decode_job_t *J = &jobs[t];
-        J->q = q, J->k = k, J->v = v, J->o = o;
-        memcpy(J->qs, strides, sizeof J->qs), memcpy(J->ks, strides + 2, sizeof J->ks);
-        memcpy(J->vs, strides + 4, sizeof J->vs), memcpy(J->os, strides + 6, sizeof J->os);
-        J->n_kv = n_kv, J->group = group, J->D = D, J->first = first, J->length = length, J->scale = scale;
-        J->item_first = item;
+        J->q = q, J->k_new = k_new, J->v_new = v_new, J->k = k, J->v = v, J->o = o;
+        int64_t *to[6] = {J->qs, J->kns, J->vns, J->ks, J->vs, J->os};
+        for (int i = 0; i < 6; i++) memcpy(to[i], strides + 2 * i, 2 * sizeof(int64_t));
+        J->n_kv = n_kv, J->group = group, J->D = D, J->first = first, J->slot = slot, J->length = length;
+        J->scale = scale, J->item_first = item;
         const int64_t share = total * (t + 1) / threads;
         while (item < items && (done + length[item % n_kv] <= share || t == threads - 1)) done += length[item++ % n_kv];
         J->item_last = item;

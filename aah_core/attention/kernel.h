@@ -1,6 +1,6 @@
-/* What the C kernels share (band_kernel.c, decode_kernel.c; aah_core/attention/native.py builds them into one
-   library): GCC/Clang vector types of 16 floats, a polynomial exp per lane, a pool of buffers kept from call to
-   call, and a run of a function on several POSIX threads. */
+/* What the C kernels share (band_kernel.c, decode_kernel.c, step_kernel.c; aah_core/attention/native.py builds
+   them into one library): GCC/Clang vector types of 16 floats, a polynomial exp per lane, a pool of buffers kept
+   from call to call, and a run of a function on several POSIX threads. */
 
 #ifndef AAH_KERNEL_H
 #define AAH_KERNEL_H
@@ -43,9 +43,28 @@ static inline vf max_lanes(vf a, vf b) {
     return (vf)(((vi)a & a_bigger) | ((vi)b & ~a_bigger));
 }
 
+/* The sum of a vector's 16 lanes. */
+static inline float sum_lanes(vf x) {
+    const vi half = {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7};
+    const vi quarter = {4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11};
+    const vi eighth = {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13};
+    const vi pair = {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14};
+    x += __builtin_shuffle(x, half);
+    x += __builtin_shuffle(x, quarter);
+    x += __builtin_shuffle(x, eighth);
+    x += __builtin_shuffle(x, pair);
+    return x[0];
+}
+
 /* Buffers kept from call to call (band_kernel.c): take at least `bytes` (*held: the buffer's size), give it back. */
 void *take(size_t bytes, size_t *held);
 void give(void *p, size_t bytes);
+
+/* decode_kernel.c's step, which step_kernel.c's block step calls. */
+int aah_decode_step(const float *q, const float *k_new, const float *v_new, float *k, float *v, float *o,
+                    const int64_t *strides, int64_t B, int64_t n_kv, int64_t group, int64_t D, const int64_t *first,
+                    const int64_t *capacity, const int64_t *window, int64_t pos, float scale, int threads,
+                    int64_t parallel_work);
 
 /* fn(jobs[t]) for t < threads (jobs: `size` bytes apart), the calling thread running jobs[0]. */
 void run_threads(void *(*fn)(void *), void *jobs, size_t size, int threads);

@@ -1,4 +1,4 @@
-"""CPU attention in C (band_kernel.c, decode_kernel.c, kernel.c), built on first use with the machine's compiler.
+"""CPU attention and decoding steps in C (aah_core/attention/*.c), built on first use with the machine's compiler.
 
 ATen's CPU flash kernel, which the banded backend runs a window's blocks through, costs about twice as much
 per score on blocks of 32 queries and c + w - 1 keys as on long rows (issue 26: at T = 4096, D = 32 a window of
@@ -8,7 +8,8 @@ copies, no split of a causal head and merge, its threads dealt equal work. It is
 (BandAttention) that recomputes each tile's probabilities from the saved log-sum-exps. banded.attend uses it for
 calls without dropout, with or without a gradient or sink tokens, for the heads where it measured faster
 (banded.NATIVE_MAX_WORK), and keeps ATen for the others and for everything else. decode_kernel.c is a decoding
-step's attention over a KV cache's rings (inference/kvcache.py), one call per layer.
+step's attention over a KV cache's rings (inference/kvcache.py), one call per layer; step_kernel.c a whole
+decoding step of a block around it (inference/block_step.py).
 
 The sources are compiled once per process (about 0.3 s) into a private temporary folder with the host's
 instruction set (-march=native), loaded with ctypes and the file removed; nothing is cached on disk, so a
@@ -34,8 +35,10 @@ from torch.autograd.function import once_differentiable
 
 logger = logging.getLogger(__name__)
 
-# one library from these (and kernel.h): windowed attention, decoding steps, the pool and threads they share
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("band_kernel.c", "decode_kernel.c", "kernel.c"))
+# one library from these (and kernel.h): windowed attention, a decoding step's attention and the rest of its
+# blocks, the pool and threads they share
+SOURCES = tuple(Path(__file__).with_name(name)
+                for name in ("band_kernel.c", "decode_kernel.c", "step_kernel.c", "kernel.c"))
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-pthread")
 _lock = threading.Lock()
 _built: tuple[ctypes.CDLL | None, str] | None = None  # (library, "") or (None, why not)
@@ -73,10 +76,14 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
     for fn, pointers in ((lib.aah_band_attention, 5), (lib.aah_band_attention_backward, 9)):
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p] * pointers + shape
-    decode = lib.aah_decode_attention
-    decode.restype = ctypes.c_int
-    decode.argtypes = [ctypes.c_void_p] * 4 + [ctypes.POINTER(ctypes.c_int64)] + [ctypes.c_int64] * 4 + [
-        ctypes.POINTER(ctypes.c_int64)] * 2 + [ctypes.c_float, ctypes.c_int]
+    pointer, size = ctypes.c_void_p, ctypes.c_int64
+    lib.aah_decode_step.restype = ctypes.c_int
+    lib.aah_decode_step.argtypes = [*[pointer] * 6, ctypes.POINTER(size), *[size] * 4, *[ctypes.POINTER(size)] * 3,
+                                    size, ctypes.c_float, ctypes.c_int, size]
+    lib.aah_block_step.restype = ctypes.c_int
+    lib.aah_block_step.argtypes = [*[pointer] * 2, *[size] * 4, ctypes.POINTER(size), ctypes.POINTER(ctypes.c_float),
+                                   size, *[pointer] * 2, *[size] * 2, *[ctypes.POINTER(size)] * 3, size, ctypes.c_int,
+                                   size]
     merge = lib.aah_merge_halves
     merge.restype = None
     merge.argtypes = [ctypes.c_void_p] * 6 + [ctypes.POINTER(ctypes.c_int64)] + [ctypes.c_int64] * 4
@@ -175,30 +182,55 @@ class BandAttention(torch.autograd.Function):
         return (*band_attention_backward(q, k, v, out, lse, grad, ctx.windows, ctx.scale, ctx.sinks), None, None, None)
 
 
-def decodes(q: torch.Tensor, k: torch.Tensor) -> bool:
-    """Whether decode_attention takes a step's q [B, H, 1, D] over a cache's k [B, slots, D] here."""
-    D = q.shape[-1]
-    return (q.device.type == "cpu" and q.dtype == k.dtype == torch.float32 and q.stride(-1) == 1 and k.is_contiguous()
-            and D % 16 == 0 and D <= 128 and _library()[0] is not None)
+def decodes(k: torch.Tensor) -> bool:
+    """Whether decode_step (and inference/block_step.py) take a cache whose keys are k [B, slots, D] here."""
+    D = k.shape[-1]
+    return (k.device.type == "cpu" and k.dtype == torch.float32 and k.is_contiguous() and D % 16 == 0 and D <= 128
+            and _library()[0] is not None)
 
 
-def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rings: Any, scale: float | None,
-                     threads: int) -> torch.Tensor:
-    """One decoding step's attention: q [B, H, 1, D] against a cache's k, v [B, slots, D] (contiguous), kv head j
-    seeing every slot of its ring; rings: (first, length), two ctypes int64 arrays of the kv heads' first slots
-    and slot counts (query heads j*g .. (j+1)*g - 1 read kv head j). float32 on CPU (decodes()). Returns
-    [B, H, 1, D]."""
+class Rings:
+    """Where a cache's kv heads keep their positions (decode_step): kv head j's ring is the capacity[j] slots from
+    first[j], position p in its slot p mod window[j]. Made once per layout of the cache."""
+
+    def __init__(self, first: list[int], capacity: list[int], window: list[int]) -> None:
+        ints = ctypes.c_int64 * len(first)
+        self.first, self.capacity, self.window = ints(*first), ints(*capacity), ints(*window)
+        self.n = len(first)
+
+
+def decode_step(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                rings: Rings, pos: int, scale: float | None, threads: int, parallel_work: int) -> torch.Tensor:
+    """One decoding step at position `pos` (decode_kernel.c): the step's k_new, v_new [B, n_kv, 1, D] go into
+    their slots of the cache's k, v [B, slots, D] (contiguous), then q [B, H, 1, D] attends, query heads
+    j*g .. (j+1)*g - 1 to every position kv head j's ring holds; on up to `threads` threads when the keys read
+    are at least `parallel_work` floats. float32 on CPU (decodes()). Returns [B, H, 1, D]."""
     lib = _library()[0]
     assert lib is not None, "call decodes() first"
     B, H, _, D = q.shape
-    first, length = rings
+    q, k_new, v_new = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k_new, v_new))
     out = q.new_empty(B, H, 1, D)
-    strides = (ctypes.c_int64 * 8)(q.stride(0), q.stride(1), *k.stride()[:2], *v.stride()[:2], out.stride(0), out.stride(1))
-    rc = lib.aah_decode_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), strides, B, len(first),
-                                  H // len(first), D, first, length, D**-0.5 if scale is None else scale, threads)
+    strides = (ctypes.c_int64 * 12)(*(s for t in (q, k_new, v_new, k, v, out) for s in t.stride()[:2]))
+    rc = lib.aah_decode_step(q.data_ptr(), k_new.data_ptr(), v_new.data_ptr(), k.data_ptr(), v.data_ptr(),
+                             out.data_ptr(), strides, B, rings.n, H // rings.n, D, rings.first, rings.capacity,
+                             rings.window, pos, D**-0.5 if scale is None else scale, threads, parallel_work)
     if rc != 0:
-        raise RuntimeError(f"decode_kernel.c returned {rc} for q {tuple(q.shape)} and k {tuple(k.shape)}")
+        raise RuntimeError(f"decode_kernel.c returned {rc} for q {tuple(q.shape)} and k {tuple(k.shape)} at {pos}")
     return out
+
+
+def steps(*tensors: torch.Tensor | None) -> bool:
+    """Whether step_kernel.c (inference/block_step.py) can take these tensors (a block's parameters) here: each
+    there, CPU float32 and contiguous; the library built."""
+    return all(t is not None and t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous()
+               for t in tensors) and _library()[0] is not None
+
+
+def library() -> ctypes.CDLL:
+    """The built library (after available(), decodes() or steps() said yes)."""
+    lib = _library()[0]
+    assert lib is not None, "ask available() first"
+    return lib
 
 
 def merges(out: torch.Tensor) -> bool:

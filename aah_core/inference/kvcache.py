@@ -20,8 +20,10 @@ attends in one of two ways, chosen per layer shape when the prompt arrives (choo
   buffer (no copy); the per-step Python loop runs over windows, never over heads.
 
 On CPU in float32 (head sizes that are multiples of 16, up to 128), when no query head needs a mask (no sinks,
-none seeing less than its kv head), a step is neither: ONE call of native.decode_attention (decode_kernel.c) reads
-each kv head's ring where it lies, its (sequence, kv head) items dealt to the threads by their slots.
+none seeing less than its kv head), a step is neither: ONE call of native.decode_step (decode_kernel.c) writes
+the step's keys and values and reads each kv head's ring where it lies, its (sequence, kv head) items dealt to
+the threads by their slots. model.py's blocks hand such a cache their whole step (step_block: one C call for the
+block, inference/block_step.py).
 
 Sink tokens (a model with s > 0): every ring also keeps the first s positions for good. Its first
 s slots hold them, and position p >= s lives in slot s + (p - s) mod W, so a head holds
@@ -43,7 +45,6 @@ position each.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import math
 from collections.abc import Sequence
@@ -55,6 +56,7 @@ import torch.nn.functional as F
 import aah_core.attention.native as native
 from aah_core.attention import windowed_attention
 from aah_core.errors import InvalidWindowPlan
+from aah_core.inference.block_step import BlockStep
 from aah_core.inference.threads import all_threads
 from aah_core.windows import check_sinks
 
@@ -214,9 +216,9 @@ class LayerKVCache:
         self.held: torch.Tensor | None = None  # (slots,) the position each slot holds (EMPTY: none)
         self._tracks_held = True  # settled with `decode`: only masks read `held` (flat, masked buckets, sinks)
         self._bucket_heads = [b.n for b in self.buckets]
-        self._native: bool | None = None  # steps through native.decode_attention (settled by the first step)
-        self._ring_first: ctypes.Array | None = None  # its kv heads' first slots, per layout
-        self._ring_caps: list[int] = []  # and their capacities
+        self._native: bool | None = None  # steps through native.decode_step (settled by the first step)
+        self._rings: native.Rings | None = None  # its kv heads' rings, per layout
+        self._threads = 1  # and the threads it may use
         self.start = 0  # positions seen
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -235,7 +237,7 @@ class LayerKVCache:
 
     def _relayout(self, capacity: int, device: torch.device) -> _Layout:
         self.capacity = capacity
-        self._bias, self._settled, self._ring_first = None, False, None
+        self._bias, self._settled, self._rings = None, False, None
         self.layout = _layout(tuple(self.kv_windows), tuple(map(tuple, self._q_windows.tolist())), capacity,
                               tuple(self._spans.tolist()), tuple(self._order.tolist()), device)
         first = 0
@@ -301,16 +303,14 @@ class LayerKVCache:
             self._grow()
         lay = self.layout
         assert lay is not None
+        if self._steps_in_c():
+            return self._native_step(q, k, v, scale)
         slots = lay.offsets + self._slot(pos, lay.kv_windows)  # (n,): this position's slot in each head's ring
         self.k.index_copy_(1, slots, k[:, :, 0])
         self.v.index_copy_(1, slots, v[:, :, 0])
         final = self._settled and self.capacity >= self.max_window and not self._always_masked
         if self.held is not None and not final:  # once final, no mask reads `held` again
             self.held.index_fill_(0, slots, pos)
-        if self._native is None:  # every query head sees its kv head's whole ring: no mask to apply
-            self._native = not self._always_masked and native.decodes(q, self.k)
-        if self._native:
-            return self._native_step(q, scale)
         if self.decode == "buckets":
             return self._bucket_step(q, scale)
         scores = torch.baddbmm(self._flat_bias(pos, slots), q.reshape(B, H, D), self.k.transpose(1, 2),
@@ -334,22 +334,46 @@ class LayerKVCache:
             self._bias.index_copy_(1, slots, self._opened)
         return self._bias
 
-    def _native_step(self, q: torch.Tensor, scale: float | None) -> torch.Tensor:
-        """One call of native.decode_attention for every kv head's ring (the buckets' SDPA calls, one per window,
-        cost 15-30 us each beyond their work at batch 1)."""
-        lay = self.layout
-        assert lay is not None and self.k is not None and self.v is not None
-        if self._ring_first is None:
-            self._ring_first = (ctypes.c_int64 * self.n_kv_head)(*lay.offsets.tolist())
-            self._ring_caps = lay.capacities.tolist()
-        held = [min(self.start + 1, c) for c in self._ring_caps]  # slots held: each ring's first ones
-        B, D = q.shape[0], q.shape[-1]
-        threads = 1
-        if B * self.n_kv_head > 1 and B * self.group * sum(held) * D >= PARALLEL_CALL_WORK:
+    def _steps_in_c(self) -> bool:
+        """Whether steps go through native.decode_step: settled at the first step (float32 on CPU, every query head
+        seeing its kv head's whole ring, no mask to apply)."""
+        if self._native is None:
+            assert self.k is not None
+            self._native = not self._always_masked and native.decodes(self.k)
+            if self._native:
+                self.held = None  # (no mask reads it)
+        return self._native
+
+    def _c_rings(self) -> native.Rings:
+        """The rings as native.decode_step takes them, and the threads it may use, made once per layout."""
+        if self._rings is None:
+            lay = self.layout
+            assert lay is not None
+            self._rings = native.Rings(lay.offsets.tolist(), lay.capacities.tolist(), lay.kv_windows.tolist())
             with all_threads():
-                threads = torch.get_num_threads()
-        rings = (self._ring_first, (ctypes.c_int64 * self.n_kv_head)(*held))
-        return native.decode_attention(q, self.k, self.v, rings, scale, threads)
+                self._threads = torch.get_num_threads()
+        return self._rings
+
+    def _native_step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
+        """One call of native.decode_step writes the step's keys and values and attends for every kv head (the
+        buckets' SDPA calls, one per window, cost 15-30 us each beyond their work at batch 1)."""
+        assert self.k is not None and self.v is not None
+        return native.decode_step(q, k, v, self.k, self.v, self._c_rings(), self.start, scale, self._threads,
+                                  PARALLEL_CALL_WORK)
+
+    def step_block(self, step: BlockStep, rows: torch.Tensor) -> torch.Tensor | None:
+        """A decoding step of a whole block in one C call (inference/block_step.py) for rows [B, C] at position
+        start, the cache taking the step's keys and values; None, and nothing done, where this cache's steps do not
+        run in C (the prompt, a mask to apply, a cache native.decodes refuses)."""
+        if self.start == 0 or self.k is None or self.v is None or self.n_kv_head != step.n_head:
+            return None
+        if self.start == self.capacity and self.start < self.max_window:
+            self._grow()
+        if not self._steps_in_c():
+            return None
+        out = step(rows, self.k, self.v, self._c_rings(), self.start, self._threads, PARALLEL_CALL_WORK)
+        self.start += 1
+        return out
 
     def _bucket_step(self, q: torch.Tensor, scale: float | None) -> torch.Tensor:
         """One SDPA call per kv window over that bucket's [B, n_b, capacity, D] view of the buffer."""

@@ -304,25 +304,43 @@ def test_balanced_causal_halves_merge_in_c(monkeypatch, B, H, T):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-@pytest.mark.parametrize("B, group, D, lengths", [(1, 1, 16, (1, 5, 16, 17)), (3, 2, 32, (40, 3)),
-                                                   (2, 3, 128, (100,)), (2, 1, 64, (7, 300, 33, 1, 64))])
-def test_decode_attention_matches_the_float64_reference(threads, B, group, D, lengths):
-    """One query per head against its kv head's ring (native.decode_attention): rings at any offset of the
-    buffer, of any length, grouped query heads, a query laid out as the model's fused projection."""
-    import ctypes
-
-    g = torch.Generator().manual_seed(B * D + len(lengths))
-    n = len(lengths)
-    first = [sum(lengths[:j]) + 3 * j for j in range(n)]  # rings apart, slots between them unread
-    slots = first[-1] + lengths[-1] + 2
+@pytest.mark.parametrize("B, group, D, pos, rings", [
+    (1, 1, 16, 20, ((1, 1), (5, 5), (16, 16), (17, 17))),  # (capacity, window) a kv head
+    (3, 2, 32, 2, ((40, 40), (3, 3))),  # rings not yet full
+    (2, 3, 128, 7, ((8, 100),)),  # a ring not yet grown to its window
+    (2, 1, 64, 299, ((7, 7), (300, 300), (33, 33), (1, 1), (64, 64)))])
+def test_decode_step_matches_the_float64_reference(threads, B, group, D, pos, rings):
+    """A step (native.decode_step) writes its key and value into each kv head's ring, at position pos's slot, and
+    each query head attends to every position its kv head's ring holds: rings at any offset of the buffer, full
+    or filling, grouped query heads, q, k and v laid out as the model's fused projection, any number of threads."""
+    g = torch.Generator().manual_seed(B * D + len(rings))
+    n = len(rings)
+    capacity, window = [c for c, _ in rings], [w for _, w in rings]
+    first = [sum(capacity[:j]) + 3 * j for j in range(n)]  # rings apart, slots between them left alone
+    slots = first[-1] + capacity[-1] + 2
     k, v = (torch.randn(B, slots, D, generator=g) for _ in range(2))
-    q = torch.randn(B, 1, 3 * n * group, D, generator=g).transpose(1, 2)[:, : n * group]  # (B, H, 1, D), strided
-    rings = ((ctypes.c_int64 * n)(*first), (ctypes.c_int64 * n)(*lengths))
-    out = native.decode_attention(q, k, v, rings, None, threads)
+    before = k.clone(), v.clone()
+    qkv = torch.randn(B, 1, n * group + 2 * n, D, generator=g).transpose(1, 2)  # (B, heads, 1, D), strided
+    q, k_new, v_new = qkv[:, : n * group], qkv[:, n * group : n * group + n], qkv[:, n * group + n :]
+    out = native.decode_step(q, k_new, v_new, k, v, native.Rings(first, capacity, window), pos, None, threads,
+                             parallel_work=0)
+    written = [first[j] + pos % window[j] for j in range(n)]
     for j in range(n):
-        keys = k[:, first[j] : first[j] + lengths[j]].double()
-        values = v[:, first[j] : first[j] + lengths[j]].double()
+        torch.testing.assert_close(k[:, written[j]], k_new[:, j, 0], rtol=0, atol=0)
+        torch.testing.assert_close(v[:, written[j]], v_new[:, j, 0], rtol=0, atol=0)
+        held = slice(first[j], first[j] + min(pos + 1, capacity[j]))
+        keys, values = k[:, held].double(), v[:, held].double()
         heads = q[:, j * group : (j + 1) * group, 0].double()  # (B, g, D)
         probs = torch.softmax(heads @ keys.transpose(1, 2) / D**0.5, dim=-1)  # (B, g, L)
         torch.testing.assert_close(out[:, j * group : (j + 1) * group, 0].double(), probs @ values,
                                    rtol=1e-5, atol=1e-5)
+    untouched = torch.ones(slots, dtype=torch.bool)
+    untouched[written] = False
+    assert torch.equal(k[:, untouched], before[0][:, untouched]) and torch.equal(v[:, untouched], before[1][:, untouched])
+
+
+def test_a_decode_step_refuses_a_position_its_ring_has_no_slot_for():
+    k, v = torch.zeros(1, 8, 16), torch.zeros(1, 8, 16)
+    q = torch.zeros(1, 1, 1, 16)
+    with pytest.raises(RuntimeError, match="decode_kernel.c returned -1"):  # ring of 8 not grown to its window of 64
+        native.decode_step(q, q, q, k, v, native.Rings([0], [8], [64]), 8, None, 1, parallel_work=0)

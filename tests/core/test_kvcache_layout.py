@@ -133,14 +133,14 @@ def test_auto_decode_is_chosen_by_the_layer_shape_when_the_prompt_arrives():
 def test_float32_decode_steps_run_in_c_where_no_head_needs_a_mask(monkeypatch, windows, n_kv_head, sinks,
                                                                      native_steps, prompt_len):
     """A float32 cache on CPU whose query heads each see all of their kv head's ring (no sinks) decodes in one call
-    of native.decode_attention a step (rings growing by doubling, then full); against the float64 reference."""
+    of native.decode_step (rings growing by doubling, then full); against the float64 reference."""
     from aah_core.attention import native
 
     if not native.available()[0]:
         pytest.skip(f"no native kernel here: {native.available()[1]}")
     calls = []
-    real = native.decode_attention
-    monkeypatch.setattr(native, "decode_attention", lambda *a: calls.append(1) or real(*a))
+    real = native.decode_step
+    monkeypatch.setattr(native, "decode_step", lambda *a: calls.append(1) or real(*a))
     gen = torch.Generator().manual_seed(7)
     H, D = len(windows), 16
     q, k, v = (torch.randn(2, h, N_STEPS, D, generator=gen) for h in (H, n_kv_head, n_kv_head))
