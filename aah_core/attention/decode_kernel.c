@@ -3,68 +3,108 @@
    head reads its kv head's ring where it lies, one call for every head of a layer, whatever their windows. Per
    (sequence, kv head): the new key and value written, each query's scores against the ring's keys (16 elements a
    vector, the lanes summed), exp and sum 16 at a time, then the values weighted by them. The items are dealt to
-   the threads in runs of about equal slots. */
+   the threads in runs of about equal slots, a ring longer than a thread's share cut into pieces (FlashDecoding's
+   split of the keys, Dao et al. 2023), their results merged by their maxima and sums. */
 
 #include "kernel.h"
 
 #define MAX_HEADS 1024 /* kv heads a layer */
 
+#define MAX_PARTS 64  /* pieces a ring is cut into */
+#define MIN_PIECE 256 /* slots: a ring is cut only into pieces at least this long */
+
 typedef struct {
-    const float *q, *k_new, *v_new;
-    float *k, *v, *o;
-    int64_t qs[2], kns[2], vns[2], ks[2], vs[2], os[2]; /* strides: sequence, then head (q, new, o) or slot (k, v) */
-    int64_t n_kv, group, D;
-    const int64_t *first, *slot, *length; /* per kv head: its slots first .. first + length - 1, the new one's */
+    const float *q, *k, *v;
+    float *o;
+    int64_t qs[2], ks[2], vs[2], os[2]; /* strides: sequence, then head (q, o) or slot (k, v) */
+    int64_t n_kv, group, D, H;
+    const int64_t *first, *length, *parts; /* per kv head: slots first .. first + length - 1, cut in `parts` */
     float scale;
-    int64_t item_first, item_last;      /* this thread's (sequence, kv head) items */
-    float *scores;                      /* the longest ring's floats, rounded up to VL */
+    int64_t item, part, pieces;            /* this thread's pieces: `pieces` from (item, part) on, in order */
+    float *scores;                         /* the longest piece's floats, rounded up to VL */
+    float *partial;                        /* per (sequence, query head, part): max, sum, D weighted values */
+    int64_t max_parts;                     /* (partial's parts a query head) */
 } decode_job_t;
+
+/* One query over slots lo .. hi - 1 of its kv head's ring k, v: its scores' max *max and the sum of their exps
+   *sum, and the values weighted by those exps in acc (D / VL vectors). */
+static void attend_piece(const decode_job_t *J, const float *q, const float *k, const float *v, int64_t lo,
+                         int64_t hi, float *max, float *sum, vf *acc) {
+    const int64_t D = J->D, L = hi - lo;
+    float *scores = J->scores;
+    vf qv[8]; /* D <= 128 */
+    for (int64_t c = 0; c < D / VL; c++) qv[c] = *(const vfu *)(q + c * VL) * J->scale;
+    float m = -INFINITY;
+    for (int64_t t = 0; t < L; t++) {
+        const float *kt = k + (lo + t) * J->ks[1];
+        vf a = qv[0] * *(const vfu *)kt;
+        for (int64_t c = 1; c < D / VL; c++) a += qv[c] * *(const vfu *)(kt + c * VL);
+        const float s = sum_lanes(a);
+        scores[t] = s;
+        m = s > m ? s : m;
+    }
+    vf sums = {0};
+    const vf mv = (vf){0} + m;
+    int64_t t = 0;
+    for (; t + VL <= L; t += VL) {
+        const vf p = exp_lanes(*(vfu *)(scores + t) - mv);
+        *(vfu *)(scores + t) = p;
+        sums += p;
+    }
+    float l = sum_lanes(sums);
+    for (; t < L; t++) {
+        const float p = expf(scores[t] - m);
+        scores[t] = p, l += p;
+    }
+    for (int64_t c = 0; c < D / VL; c++) acc[c] = (vf){0};
+    for (t = 0; t < L; t++) {
+        const float *vt = v + (lo + t) * J->vs[1], p = scores[t];
+        for (int64_t c = 0; c < D / VL; c++) acc[c] += p * *(const vfu *)(vt + c * VL);
+    }
+    *max = m, *sum = l;
+}
 
 static void *decode_work(void *arg) {
     const decode_job_t *J = arg;
     const int64_t D = J->D;
-    for (int64_t item = J->item_first; item < J->item_last; item++) {
-        const int64_t b = item / J->n_kv, j = item % J->n_kv, L = J->length[j];
-        float *k = J->k + b * J->ks[0] + J->first[j] * J->ks[1];
-        float *v = J->v + b * J->vs[0] + J->first[j] * J->vs[1];
-        memcpy(k + J->slot[j] * J->ks[1], J->k_new + b * J->kns[0] + j * J->kns[1], D * sizeof(float));
-        memcpy(v + J->slot[j] * J->vs[1], J->v_new + b * J->vns[0] + j * J->vns[1], D * sizeof(float));
+    int64_t item = J->item, part = J->part;
+    for (int64_t n = 0; n < J->pieces; n++) {
+        const int64_t b = item / J->n_kv, j = item % J->n_kv, L = J->length[j], P = J->parts[j];
+        const float *k = J->k + b * J->ks[0] + J->first[j] * J->ks[1];
+        const float *v = J->v + b * J->vs[0] + J->first[j] * J->vs[1];
         for (int64_t h = j * J->group; h < (j + 1) * J->group; h++) {
-            const float *q = J->q + b * J->qs[0] + h * J->qs[1];
-            float *o = J->o + b * J->os[0] + h * J->os[1];
-            vf qv[8]; /* D <= 128 */
-            for (int64_t c = 0; c < D / VL; c++) qv[c] = *(const vfu *)(q + c * VL) * J->scale;
-            float m = -INFINITY;
-            for (int64_t t = 0; t < L; t++) {
-                const float *kt = k + t * J->ks[1];
-                vf acc = qv[0] * *(const vfu *)kt;
-                for (int64_t c = 1; c < D / VL; c++) acc += qv[c] * *(const vfu *)(kt + c * VL);
-                const float s = sum_lanes(acc);
-                J->scores[t] = s;
-                m = s > m ? s : m;
+            vf acc[8];
+            float m, l;
+            attend_piece(J, J->q + b * J->qs[0] + h * J->qs[1], k, v, L * part / P, L * (part + 1) / P, &m, &l, acc);
+            if (P == 1) {
+                float *o = J->o + b * J->os[0] + h * J->os[1];
+                for (int64_t c = 0; c < D / VL; c++) *(vfu *)(o + c * VL) = acc[c] / l;
+            } else {
+                float *w = J->partial + ((b * J->H + h) * J->max_parts + part) * (D + 2);
+                w[0] = m, w[1] = l;
+                for (int64_t c = 0; c < D / VL; c++) *(vfu *)(w + 2 + c * VL) = acc[c];
             }
-            vf sums = {0};
-            const vf mv = (vf){0} + m;
-            int64_t t = 0;
-            for (; t + VL <= L; t += VL) {
-                const vf p = exp_lanes(*(vfu *)(J->scores + t) - mv);
-                *(vfu *)(J->scores + t) = p;
-                sums += p;
-            }
-            float sum = sum_lanes(sums);
-            for (; t < L; t++) {
-                const float p = expf(J->scores[t] - m);
-                J->scores[t] = p, sum += p;
-            }
-            vf acc[8] = {{0}};
-            for (t = 0; t < L; t++) {
-                const float *vt = v + t * J->vs[1], p = J->scores[t];
-                for (int64_t c = 0; c < D / VL; c++) acc[c] += p * *(const vfu *)(vt + c * VL);
-            }
-            for (int64_t c = 0; c < D / VL; c++) *(vfu *)(o + c * VL) = acc[c] / sum;
         }
+        if (++part == P) part = 0, item++;
     }
     return NULL;
+}
+
+/* The output of query head h of sequence b from its ring's P parts: each part's values weighted by exp(score -
+   its max), rescaled to the largest max and divided by the sum of every part's exps (FlashDecoding's merge). */
+static void merge_parts(const decode_job_t *J, int64_t b, int64_t h, int64_t P) {
+    const int64_t D = J->D;
+    const float *w = J->partial + (b * J->H + h) * J->max_parts * (D + 2);
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t r = 0; r < P; r++) m = w[r * (D + 2)] > m ? w[r * (D + 2)] : m;
+    vf acc[8] = {{0}};
+    for (int64_t r = 0; r < P; r++) {
+        const float *part = w + r * (D + 2), f = expf(part[0] - m);
+        l += f * part[1];
+        for (int64_t c = 0; c < D / VL; c++) acc[c] += f * *(const vfu *)(part + 2 + c * VL);
+    }
+    float *o = J->o + b * J->os[0] + h * J->os[1];
+    for (int64_t c = 0; c < D / VL; c++) *(vfu *)(o + c * VL) = acc[c] / l;
 }
 
 /* One decoding step over a cache at position `pos`: q [B, H, D] and o [B, H, D], the step's keys and values
@@ -73,45 +113,76 @@ static void *decode_work(void *arg) {
    position p lives in its slot p mod window[j] (a ring not yet grown to its window holds positions 0 ..
    capacity[j] - 1 in order). The call writes k_new and v_new into position pos's slots, then attends: every slot
    of the ring held (min(pos + 1, capacity[j]) slots) is seen by its `group` query heads j*group .. (j+1)*group -
-   1 (no mask: the caller's rings hold exactly what each head sees). The (sequence, kv head) items are dealt to
-   up to `threads` threads in runs of about equal slots when they read at least `parallel_work` floats of keys,
-   else one. Returns 0, -1 for bad arguments, -2 without memory. */
+   1 (no mask: the caller's rings hold exactly what each head sees). When the keys read are at least
+   `parallel_work` floats, up to `threads` threads share the work in runs of about equal slots, a ring longer than
+   a thread's share cut into pieces whose results are merged; else one thread. Returns 0, -1 for bad arguments,
+   -2 without memory. */
 int aah_decode_step(const float *q, const float *k_new, const float *v_new, float *k, float *v, float *o,
                     const int64_t *strides, int64_t B, int64_t n_kv, int64_t group, int64_t D, const int64_t *first,
                     const int64_t *capacity, const int64_t *window, int64_t pos, float scale, int threads,
                     int64_t parallel_work) {
     if (B < 1 || n_kv < 1 || n_kv > MAX_HEADS || group < 1 || D < VL || D % VL || D > 8 * VL || pos < 0) return -1;
-    int64_t slot[MAX_HEADS], length[MAX_HEADS];
-    int64_t longest = 0, total = 0;
+    int64_t length[MAX_HEADS], parts[MAX_HEADS];
+    int64_t total = 0;
     for (int64_t j = 0; j < n_kv; j++) {
-        if (capacity[j] < 1 || first[j] < 0 || window[j] < 1) return -1;
-        slot[j] = pos % window[j], length[j] = pos + 1 < capacity[j] ? pos + 1 : capacity[j];
-        if (slot[j] >= capacity[j]) return -1; /* a ring not grown to hold this position */
-        longest = length[j] > longest ? length[j] : longest;
+        if (capacity[j] < 1 || first[j] < 0 || window[j] < 1 || pos % window[j] >= capacity[j])
+            return -1; /* (the last: a ring not grown to hold this position) */
+        length[j] = pos + 1 < capacity[j] ? pos + 1 : capacity[j];
         total += length[j] * B;
     }
-    const int64_t items = B * n_kv;
+    const int64_t *ks = strides + 6, *vs = strides + 8;
+    for (int64_t b = 0; b < B; b++) /* the step's keys and values into their slots, before anything reads them */
+        for (int64_t j = 0; j < n_kv; j++) {
+            const int64_t slot = first[j] + pos % window[j];
+            memcpy(k + b * ks[0] + slot * ks[1], k_new + b * strides[2] + j * strides[3], D * sizeof(float));
+            memcpy(v + b * vs[0] + slot * vs[1], v_new + b * strides[4] + j * strides[5], D * sizeof(float));
+        }
     if (total * group * D < parallel_work || threads < 1) threads = 1;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if (threads > items) threads = (int)items;
+    const int64_t share = (total + threads - 1) / threads, piece = share > MIN_PIECE ? share : MIN_PIECE;
+    int64_t pieces = 0, longest = 0, max_parts = 1;
+    for (int64_t j = 0; j < n_kv; j++) {
+        parts[j] = threads == 1 ? 1 : (length[j] + piece - 1) / piece;
+        parts[j] = parts[j] < MAX_PARTS ? parts[j] : MAX_PARTS;
+        const int64_t widest = (length[j] + parts[j] - 1) / parts[j];
+        longest = widest > longest ? widest : longest;
+        pieces += parts[j] * B, max_parts = parts[j] > max_parts ? parts[j] : max_parts;
+    }
+    if (threads > pieces) threads = (int)pieces;
     decode_job_t jobs[MAX_THREADS];
-    size_t held[MAX_THREADS];
-    int failed = 0;
-    int64_t item = 0, done = 0;
+    size_t held[MAX_THREADS], partial_held = 0;
+    const int split = max_parts > 1;
+    float *partial = split ? take((size_t)(B * n_kv * group * max_parts * (D + 2)) * sizeof(float), &partial_held) : NULL;
+    int failed = split && !partial;
+    int64_t item = 0, part = 0, done = 0;
     for (int t = 0; t < threads; t++) {
         decode_job_t *J = &jobs[t];
-        J->q = q, J->k_new = k_new, J->v_new = v_new, J->k = k, J->v = v, J->o = o;
-        int64_t *to[6] = {J->qs, J->kns, J->vns, J->ks, J->vs, J->os};
-        for (int i = 0; i < 6; i++) memcpy(to[i], strides + 2 * i, 2 * sizeof(int64_t));
-        J->n_kv = n_kv, J->group = group, J->D = D, J->first = first, J->slot = slot, J->length = length;
-        J->scale = scale, J->item_first = item;
-        const int64_t share = total * (t + 1) / threads;
-        while (item < items && (done + length[item % n_kv] <= share || t == threads - 1)) done += length[item++ % n_kv];
-        J->item_last = item;
+        J->q = q, J->k = k, J->v = v, J->o = o;
+        int64_t *to[4] = {J->qs, J->ks, J->vs, J->os};
+        const int64_t from[4] = {0, 6, 8, 10};
+        for (int i = 0; i < 4; i++) memcpy(to[i], strides + from[i], 2 * sizeof(int64_t));
+        J->n_kv = n_kv, J->group = group, J->D = D, J->H = n_kv * group;
+        J->first = first, J->length = length, J->parts = parts, J->scale = scale;
+        J->partial = partial, J->max_parts = max_parts;
+        J->item = item, J->part = part, J->pieces = 0;
+        const int64_t until = total * (t + 1) / threads;
+        while (item < B * n_kv) {
+            const int64_t L = length[item % n_kv], P = parts[item % n_kv];
+            const int64_t size = L * (part + 1) / P - L * part / P;
+            if (done + size / 2 > until && t < threads - 1 && J->pieces > 0) break; /* the nearer end of a run */
+            done += size, J->pieces++;
+            if (++part == P) part = 0, item++;
+        }
         J->scores = take((size_t)(longest + VL) * sizeof(float), &held[t]);
-        if (!J->scores) failed = 1;
+        failed |= !J->scores;
     }
-    if (!failed) run_threads(decode_work, jobs, sizeof jobs[0], threads);
+    if (!failed) {
+        run_threads(decode_work, jobs, sizeof jobs[0], threads);
+        for (int64_t b = 0; split && b < B; b++)
+            for (int64_t j = 0; j < n_kv; j++)
+                for (int64_t h = j * group; parts[j] > 1 && h < (j + 1) * group; h++) merge_parts(&jobs[0], b, h, parts[j]);
+    }
     for (int t = 0; t < threads; t++) give(jobs[t].scores, held[t]);
+    give(partial, partial_held);
     return failed ? -2 : 0;
 }

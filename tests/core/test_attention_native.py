@@ -308,11 +308,14 @@ def test_balanced_causal_halves_merge_in_c(monkeypatch, B, H, T):
     (1, 1, 16, 20, ((1, 1), (5, 5), (16, 16), (17, 17))),  # (capacity, window) a kv head
     (3, 2, 32, 2, ((40, 40), (3, 3))),  # rings not yet full
     (2, 3, 128, 7, ((8, 100),)),  # a ring not yet grown to its window
-    (2, 1, 64, 299, ((7, 7), (300, 300), (33, 33), (1, 1), (64, 64)))])
+    (2, 1, 64, 299, ((7, 7), (300, 300), (33, 33), (1, 1), (64, 64))),
+    (1, 2, 32, 2999, ((3000, 3000), (16, 16))),  # one long ring: cut into pieces on 2 and 3 threads
+    (2, 1, 16, 4000, ((700, 700), (4096, 8192), (5, 5)))])
 def test_decode_step_matches_the_float64_reference(threads, B, group, D, pos, rings):
     """A step (native.decode_step) writes its key and value into each kv head's ring, at position pos's slot, and
     each query head attends to every position its kv head's ring holds: rings at any offset of the buffer, full
-    or filling, grouped query heads, q, k and v laid out as the model's fused projection, any number of threads."""
+    or filling, grouped query heads, q, k and v laid out as the model's fused projection, any number of threads
+    (a ring longer than a thread's share cut into pieces, their results merged)."""
     g = torch.Generator().manual_seed(B * D + len(rings))
     n = len(rings)
     capacity, window = [c for c, _ in rings], [w for _, w in rings]
