@@ -46,15 +46,19 @@ def test_a_dragged_range_re_asks_the_server_and_draws_the_finer_points(live):
     S.settled(page)
     # no wait for the zoom listener to find the chart (it polls every 300 ms): a drag before that is reported
     # when it does (the test below), so the page must re-ask whenever the drag comes
+    # what the listener reads from a chart it finds already zoomed (the test below): Plotly's layout after a drag,
+    # kept as the drag ends (the listener may find the chart then, report the range and the page redraw it)
+    page.evaluate("""() => { const div = document.querySelector('.st-key-acr-_metrics .js-plotly-plot');
+        div.on('plotly_relayout', () => { const x = div.layout.xaxis;
+            window.aahDragged = {autorange: x.autorange, range: x.range ? x.range.slice() : null}; }); }""")
     box = page.locator(".st-key-acr-_metrics .nsewdrag").first.bounding_box()
     y = box["y"] + box["height"] / 2
     page.mouse.move(box["x"] + box["width"] * 0.40, y)  # one drag: 40 % to 43 % of the x axis
     page.mouse.down()
     page.mouse.move(box["x"] + box["width"] * 0.43, y, steps=8)
     page.mouse.up()
-    # what the listener reads from a chart it finds already zoomed (the test below): Plotly's layout after a drag
-    assert page.evaluate("() => { const x = document.querySelector('.st-key-acr-_metrics .js-plotly-plot')"
-                         ".layout.xaxis; return x.autorange === false && x.range.length === 2; }")
+    dragged = page.evaluate("() => window.aahDragged || null")
+    assert dragged is not None and dragged["autorange"] is False and len(dragged["range"]) == 2, dragged
     page.get_by_text("Zoomed to steps").wait_for(timeout=90_000)
     after = S.wait_for(lambda: (p := S.plot(page, "metrics by step")) and
                        next(t for t in p["data"] if t["name"] == "train_loss")["x"] != xs and p,
